@@ -1,0 +1,27 @@
+"""Membership inference attacks: pure functions of a signal bank, found by name.
+
+Importing this package registers every attack module below.
+"""
+
+from miaudit.attacks import threshold  # noqa: F401  (registers attacks)
+from miaudit.attacks.base import (
+    AttackRun,
+    AttackSpec,
+    Needs,
+    TargetView,
+    get_attack,
+    list_attacks,
+    register_attack,
+    run_attack,
+)
+
+__all__ = [
+    "AttackRun",
+    "AttackSpec",
+    "Needs",
+    "TargetView",
+    "get_attack",
+    "list_attacks",
+    "register_attack",
+    "run_attack",
+]

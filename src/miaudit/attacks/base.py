@@ -1,0 +1,245 @@
+"""The attack registry and what an attack may see.
+
+An attack is a pure function `fn(view: TargetView, **params) -> np.ndarray` returning one
+float64 score per bank sample (higher = more likely a member; NaN = cannot score). It never
+touches a model. `TargetView` exposes everything in the bank except the target's membership,
+so no attack can peek at the answer.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from miaudit.errors import AttackError
+from miaudit.signals.bank import SignalBank
+
+
+class TargetView:
+    """The bank as seen when attacking one target model: all but the target's membership.
+
+    Reference models are every other model, in bank order; `reference_ids[r]` is the bank
+    index of reference r. Build one with `TargetView.of(bank, target)`.
+    """
+
+    def __init__(
+        self,
+        bank: SignalBank,
+        target: int,
+        reference_ids: np.ndarray,
+        reference_membership: np.ndarray,
+    ) -> None:
+        self.target = int(target)
+        self.reference_ids = reference_ids
+        # A copy: the view holds no reference to the full membership matrix.
+        self.reference_membership = reference_membership.copy()
+        self.labels = bank.labels
+        self.population = bank.population
+        self.audit = bank.audit
+        self.n_samples = bank.n_samples
+        self.n_queries = bank.n_queries
+        self.n_classes = bank.n_classes
+        self._logits = bank.logits
+        self._statistics = bank.statistics
+        self._channels = bank.channels
+
+    @classmethod
+    def of(cls, bank: SignalBank, target: int) -> TargetView:
+        if not 0 <= target < bank.n_models:
+            raise AttackError(
+                f"target {target} is out of range: the bank has {bank.n_models} models "
+                f"(0..{bank.n_models - 1})."
+            )
+        ids = np.array([m for m in range(bank.n_models) if m != target], dtype=int)
+        return cls(bank, target, ids, bank.membership[ids])
+
+    @property
+    def n_references(self) -> int:
+        return int(self.reference_ids.size)
+
+    def target_stat(self, name: str) -> np.ndarray:
+        """Statistic `name` for the target, float64 [N, Q]."""
+        return self._statistics.get(name, [self.target])[0]
+
+    def reference_stat(self, name: str) -> np.ndarray:
+        """Statistic `name` for every reference, float64 [R, N, Q]."""
+        return self._statistics.get(name, self.reference_ids)
+
+    def target_logits(self) -> np.ndarray:
+        """Target logits, float32 [N, Q, C]."""
+        return self._logits[self.target]
+
+    def reference_logits(self, r: int) -> np.ndarray:
+        """Logits of reference r (0..R-1), float32 [N, Q, C]."""
+        return self._logits[self.reference_ids[r]]
+
+    def has_channel(self, name: str) -> bool:
+        return name in self._channels
+
+    def target_channel(self, name: str) -> np.ndarray:
+        """White-box channel `name` for the target, float64 [N]."""
+        return self._channels[name][self.target]
+
+    def reference_channel(self, name: str) -> np.ndarray:
+        """White-box channel `name` for every reference, float64 [R, N]."""
+        return self._channels[name][self.reference_ids]
+
+    def out_mask(self) -> np.ndarray:
+        """bool [R, N]: reference r did not train on sample n."""
+        return ~self.reference_membership
+
+    def as_shadow(self, r: int) -> TargetView:
+        """Reference r as a shadow target, the other references as its references.
+
+        For leave-one-out shadow work: the new view excludes the original target entirely.
+        The shadow's own membership, which the attacker legitimately knows, is
+        `self.reference_membership[r]`.
+        """
+        keep = np.array([i for i in range(self.n_references) if i != r], dtype=int)
+        shadow = TargetView.__new__(TargetView)
+        shadow.__dict__.update(self.__dict__)
+        shadow.target = int(self.reference_ids[r])
+        shadow.reference_ids = self.reference_ids[keep]
+        shadow.reference_membership = self.reference_membership[keep]
+        return shadow
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What an attack requires of the bank; checked before it runs."""
+
+    out_references: int = 0  # at least this many references OUT for a typical audit sample
+    in_references: int = 0  # at least this many IN references (online attacks)
+    population: bool = False  # attacker-owned samples no model trained on
+    channel: str | None = None  # a white-box channel such as "grad_norm"
+    shadows: int = 0  # references whose membership is used to train a scorer
+
+    def check(self, view: TargetView, attack: str) -> None:
+        problems = []
+        out_counts = view.out_mask()[:, view.audit].sum(axis=0)
+        in_counts = view.reference_membership[:, view.audit].sum(axis=0)
+        if self.out_references and (out_counts.size == 0 or out_counts.max() < self.out_references):
+            problems.append(
+                f"needs at least {self.out_references} reference model(s) that did not train on "
+                f"the audit samples; the bank has {view.n_references} reference(s) and at most "
+                f"{int(out_counts.max()) if out_counts.size else 0} are OUT for any audit sample. "
+                "Train reference models (offline: on public data; online: the balanced design)."
+            )
+        if self.in_references and (in_counts.size == 0 or in_counts.max() < self.in_references):
+            problems.append(
+                f"needs at least {self.in_references} reference model(s) trained ON the audit "
+                "samples (the online design: each audit sample IN for half the models); "
+                "use the online protocol or an offline attack."
+            )
+        if self.population and not view.population.any():
+            problems.append(
+                "needs population samples (attacker data no model trained on): add a "
+                "'population' mask to the bank or give the run a public pool."
+            )
+        if self.channel and not view.has_channel(self.channel):
+            problems.append(
+                f"needs the white-box channel '{self.channel}', which the bank lacks; compute it "
+                "at signal time (e.g. signals.grad_norm: true in the run config)."
+            )
+        if self.shadows and view.n_references < self.shadows:
+            problems.append(
+                f"needs at least {self.shadows} shadow/reference models with known membership; "
+                f"the bank has {view.n_references}."
+            )
+        if problems:
+            raise AttackError(f"attack '{attack}' cannot run: " + " ".join(problems))
+
+
+@dataclass(frozen=True)
+class AttackSpec:
+    name: str
+    fn: Callable[..., np.ndarray]
+    needs: Needs
+    description: str
+    params: dict[str, Any] = field(default_factory=dict)  # defaults, overridable per run
+    family: str = ""
+
+
+_REGISTRY: dict[str, AttackSpec] = {}
+
+
+def register_attack(
+    name: str,
+    *,
+    needs: Needs = Needs(),
+    description: str = "",
+    family: str = "",
+    **params: Any,
+) -> Callable[[Callable[..., np.ndarray]], Callable[..., np.ndarray]]:
+    """Register `fn` under `name`; keyword `params` are its defaults (variants re-register
+    the same function under another name with other defaults)."""
+
+    def decorate(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+        if name in _REGISTRY:
+            raise ValueError(f"attack '{name}' is registered twice")
+        _REGISTRY[name] = AttackSpec(name, fn, needs, description, dict(params), family)
+        return fn
+
+    return decorate
+
+
+def list_attacks() -> list[AttackSpec]:
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def get_attack(name: str) -> AttackSpec:
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise AttackError(
+            f"unknown attack '{name}'.{hint} Known attacks: {', '.join(sorted(_REGISTRY))}."
+        )
+    return _REGISTRY[name]
+
+
+@dataclass
+class AttackRun:
+    name: str
+    scores: np.ndarray  # float64 [N]; NaN where the attack could not score
+    seconds: float
+    n_unscorable: int  # among audit samples
+
+
+def run_attack(name: str, view: TargetView, **overrides: Any) -> AttackRun:
+    """Check needs, run the attack, validate its output."""
+    spec = get_attack(name)
+    unknown = set(overrides) - set(spec.params)
+    if unknown:
+        raise AttackError(
+            f"attack '{name}' has no parameter(s) {sorted(unknown)}; "
+            f"its parameters are {sorted(spec.params) or 'none'}."
+        )
+    spec.needs.check(view, name)
+    start = time.perf_counter()
+    scores = np.asarray(spec.fn(view, **{**spec.params, **overrides}), dtype=np.float64)
+    seconds = time.perf_counter() - start
+    if scores.shape != (view.n_samples,):
+        raise AttackError(
+            f"attack '{name}' returned shape {scores.shape}; expected [{view.n_samples}]."
+        )
+    if np.isinf(scores).any():
+        raise AttackError(f"attack '{name}' returned infinite scores; this is a bug in it.")
+    n_unscorable = int(np.isnan(scores[view.audit]).sum())
+    return AttackRun(name, scores, seconds, n_unscorable)
+
+
+def mean_over_out(values: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Mean of values [R, N, ...] over references OUT for each sample (out [R, N]).
+
+    NaN where a sample has no OUT reference (the caller's score becomes unscorable).
+    """
+    weights = out.astype(np.float64).reshape(out.shape + (1,) * (values.ndim - 2))
+    count = weights.sum(axis=0)
+    total = (values * weights).sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)

@@ -1,0 +1,49 @@
+"""Threshold attacks: scores of the target model alone, no references (ALGORITHMS.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from miaudit.attacks.base import Needs, TargetView, register_attack
+
+
+@register_attack("loss", family="threshold", description="Yeom: -mean_q cross-entropy")
+def loss_score(view: TargetView) -> np.ndarray:
+    return -view.target_stat("loss").mean(axis=1)
+
+
+@register_attack(
+    "confidence", family="threshold", description="Salem/Watson eq. 3: mean_q max_c log p"
+)
+def confidence_score(view: TargetView) -> np.ndarray:
+    return view.target_stat("log_confidence").mean(axis=1)
+
+
+@register_attack("entropy", family="threshold", description="negative Shannon entropy")
+def entropy_score(view: TargetView) -> np.ndarray:
+    return view.target_stat("neg_entropy").mean(axis=1)
+
+
+@register_attack(
+    "modified-entropy", family="threshold", description="Song & Mittal: -mean_q Mentr"
+)
+def modified_entropy_score(view: TargetView) -> np.ndarray:
+    return -view.target_stat("modified_entropy").mean(axis=1)
+
+
+@register_attack(
+    "correctness", family="threshold", description="Yeom's gap attack: 1 if argmax = y (query 0)"
+)
+def correctness_score(view: TargetView) -> np.ndarray:
+    predicted = view.target_logits()[:, 0, :].argmax(axis=1)
+    return (predicted == view.labels).astype(np.float64)
+
+
+@register_attack(
+    "gradient-norm",
+    family="threshold",
+    needs=Needs(channel="grad_norm"),
+    description="Watson eq. 2 (white-box): -||grad_theta loss||_2 on query 0",
+)
+def gradient_norm_score(view: TargetView) -> np.ndarray:
+    return -view.target_channel("grad_norm")

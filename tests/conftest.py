@@ -1,0 +1,79 @@
+"""Shared fixtures: a small bank from real models trained on real data (sklearn digits).
+
+The bank is built with plain torch (no miaudit trainer), so attack tests do not depend on it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from miaudit.signals import SignalBank
+
+
+def _train_mlp(x: torch.Tensor, y: torch.Tensor, seed: int) -> torch.nn.Module:
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(150):  # full-batch; overfits the small training set, so it leaks
+        order = torch.randperm(len(x), generator=gen)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[order]), y[order]).backward()
+        opt.step()
+    return model.eval()
+
+
+def _grad_norms(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss_fn(p, xi, yi):
+        out = torch.func.functional_call(model, p, (xi[None],))
+        return torch.nn.functional.cross_entropy(out, yi[None])
+
+    grads = torch.func.vmap(torch.func.grad(loss_fn), in_dims=(None, 0, 0))(params, x, y)
+    flat = torch.cat([g.reshape(len(x), -1) for g in grads.values()], dim=1)
+    return flat.norm(dim=1).numpy().astype(np.float64)
+
+
+@pytest.fixture(scope="session")
+def digits_bank() -> SignalBank:
+    """8 real MLPs on sklearn digits in the balanced design; Q=2 (plain, mirrored); grad_norm.
+
+    1797 samples: 297 population (no model trains on them), 1500 in the balanced design
+    (each IN for exactly 4 of 8 models); of those, the first 1000 are audit samples.
+    """
+    digits = load_digits()
+    x_all = torch.tensor(digits.data / 16.0, dtype=torch.float32)
+    y_all = torch.tensor(digits.target, dtype=torch.int64)
+    n, m = len(y_all), 8
+    rng = np.random.default_rng(0)
+    order = rng.permutation(n)
+    population = np.zeros(n, dtype=bool)
+    population[order[1500:]] = True
+    design = order[:1500]
+    membership = np.zeros((m, n), dtype=bool)
+    for idx in design:  # each design sample IN for exactly half the models
+        membership[rng.permutation(m)[: m // 2], idx] = True
+    audit = np.zeros(n, dtype=bool)
+    audit[design[:1000]] = True
+    mirrored = x_all.view(n, 8, 8).flip(-1).reshape(n, 64)
+    logits = np.zeros((m, n, 2, 10), dtype=np.float32)
+    grad_norm = np.zeros((m, n))
+    for k in range(m):
+        train = torch.from_numpy(np.nonzero(membership[k])[0])
+        model = _train_mlp(x_all[train], y_all[train], seed=k)
+        with torch.no_grad():
+            logits[k, :, 0] = model(x_all).numpy()
+            logits[k, :, 1] = model(mirrored).numpy()
+        grad_norm[k] = _grad_norms(model, x_all, y_all)
+    return SignalBank(
+        logits=logits,
+        labels=digits.target,
+        membership=membership,
+        population=population,
+        audit=audit,
+        channels={"grad_norm": grad_norm},
+    )
