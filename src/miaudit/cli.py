@@ -1,0 +1,156 @@
+"""Command line: `miaudit demo | run | attack | attacks | data list | data fetch`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from miaudit.errors import MiauditError
+
+
+def _demo_config_path() -> Path:
+    return Path(str(resources.files("miaudit.experiments") / "configs" / "demo.yaml"))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from miaudit.config import config_from_dict
+    from miaudit.pipeline import run
+
+    data = yaml.safe_load(_demo_config_path().read_text(encoding="utf-8"))
+    if args.out:
+        data["output"] = args.out
+    run(config_from_dict(data), progress=not args.quiet)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from miaudit.config import load_config
+    from miaudit.pipeline import run
+
+    cfg = load_config(args.config)
+    if args.out:
+        cfg.output = args.out
+    run(cfg, progress=not args.quiet)
+    return 0
+
+
+def cmd_attack(args: argparse.Namespace) -> int:
+    from miaudit.attacks import list_attacks
+    from miaudit.pipeline import evaluate_bank
+    from miaudit.report import format_table, write_report
+    from miaudit.signals import SignalBank
+
+    bank = SignalBank.load(args.bank)
+    if args.attacks:
+        names = [a.strip() for a in args.attacks.split(",") if a.strip()]
+    else:  # every attack the bank can support
+        names = [s.name for s in list_attacks() if s.needs.channel is None
+                 or s.needs.channel in bank.channels]
+    params = yaml.safe_load(args.params) if args.params else {}
+    if not isinstance(params, dict):
+        raise MiauditError("--params must be a YAML/JSON mapping {attack: {param: value}}.")
+    result = evaluate_bank(bank, args.target, names, params, seed=args.seed,
+                           skip_unsupported=not args.attacks)
+    result.meta.update({"bank": str(args.bank), "n_models": bank.n_models,
+                        "queries": bank.n_queries, "audit_samples": int(bank.audit.sum())})
+    write_report(result, Path(args.out))
+    print(format_table(result))
+    print(f"\nwrote {Path(args.out) / 'scores.csv'} and {Path(args.out) / 'metrics.json'}")
+    return 0
+
+
+def cmd_attacks(args: argparse.Namespace) -> int:
+    from miaudit.attacks import list_attacks
+
+    for spec in list_attacks():
+        needs = {k: v for k, v in vars(spec.needs).items() if v}
+        need_text = ", ".join(f"{k}={v}" for k, v in needs.items()) or "target only"
+        print(f"{spec.name:28s} {spec.family:12s} needs: {need_text}\n    {spec.description}")
+    return 0
+
+
+def cmd_data_list(args: argparse.Namespace) -> int:
+    from miaudit.data import list_datasets
+
+    for info in list_datasets(args.data_dir):
+        state = "present" if info.present else "absent: miaudit data fetch " + info.name
+        print(f"{info.name:16s} {info.kind:8s} {state}\n    {info.description}")
+    return 0
+
+
+def cmd_data_fetch(args: argparse.Namespace) -> int:
+    from miaudit.data import fetch_dataset
+
+    for name in args.names:
+        path = fetch_dataset(name, args.data_dir, force=args.force)
+        print(f"{name}: {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="miaudit", description="Membership inference audits of trained models."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="quick audit on built-in data (sklearn digits)")
+    demo.add_argument("--out", help="run directory (default runs/demo)")
+    demo.add_argument("--quiet", action="store_true", help="no progress bars")
+    demo.set_defaults(fn=cmd_demo)
+
+    run = sub.add_parser("run", help="run the audit described by a YAML config")
+    run.add_argument("config", help="path to the run config (YAML)")
+    run.add_argument("--out", help="run directory (default: the config's output or runs/NAME)")
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.set_defaults(fn=cmd_run)
+
+    attack = sub.add_parser("attack", help="score attacks on a bank.npz (no model needed)")
+    attack.add_argument("bank", help="bank .npz: logits [M,N,Q,C], labels [N], membership [M,N]")
+    attack.add_argument("--target", type=int, required=True, help="index of the target model")
+    attack.add_argument("--attacks", help="comma-separated attack names (default: all that fit)")
+    attack.add_argument("--params", help="YAML mapping of attack parameters, e.g. '{rmia: {a: 0.5}}'")
+    attack.add_argument("--out", required=True, help="output folder")
+    attack.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    attack.set_defaults(fn=cmd_attack)
+
+    attacks = sub.add_parser("attacks", help="list the attacks and what each needs")
+    attacks.set_defaults(fn=cmd_attacks)
+
+    data = sub.add_parser("data", help="datasets: list, fetch")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    dlist = data_sub.add_parser("list", help="registered datasets and whether present")
+    dlist.add_argument("--data-dir", help="data folder (default $MIAUDIT_DATA_DIR or ~/.cache)")
+    dlist.set_defaults(fn=cmd_data_list)
+    fetch = data_sub.add_parser("fetch", help="obtain datasets into the data folder")
+    fetch.add_argument("names", nargs="+", help="dataset names")
+    fetch.add_argument("--data-dir", help="data folder (default $MIAUDIT_DATA_DIR or ~/.cache)")
+    fetch.add_argument("--force", action="store_true", help="fetch again even if present")
+    fetch.set_defaults(fn=cmd_data_fetch)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return args.fn(args)
+    except MiauditError as exc:
+        print(f"miaudit: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("miaudit: interrupted; completed models stay cached, rerun to resume.",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

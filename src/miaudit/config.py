@@ -1,0 +1,137 @@
+"""Run configuration: a validated YAML file, saved into every run directory.
+
+Unknown keys are errors (with a suggestion), so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from miaudit.errors import ConfigError
+
+DEFAULT_ATTACKS = ("loss", "confidence", "entropy", "modified-entropy", "correctness")
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "digits"
+    options: dict[str, Any] = field(default_factory=dict)
+    data_dir: str | None = None
+
+
+@dataclass
+class SplitConfig:
+    audit: float | int = 0.4  # count, or fraction of the dataset
+    public: float | int = 0.4
+    population: float | int = 0.2
+
+
+@dataclass
+class SignalsConfig:
+    queries: list[str] | None = None  # default: [plain, mirror] for images, [plain] otherwise
+    grad_norm: bool = False
+    batch_size: int = 1024
+
+
+@dataclass
+class MetricsConfig:
+    fprs: list[float] = field(default_factory=lambda: [0.001, 0.01])
+    bootstrap: int = 200
+    confidence: float = 0.95
+    recalls: list[float] = field(default_factory=lambda: [0.5, 0.9])
+
+
+@dataclass
+class RunConfig:
+    name: str = "audit"
+    seed: int = 0
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
+    design: str = "offline"  # offline | online (see miaudit.protocol)
+    models: int = 2  # target included
+    target: int = 0
+    recipe: dict[str, Any] = field(default_factory=dict)  # miaudit.train.Recipe fields
+    reference_recipe: dict[str, Any] | None = None  # default: the target's recipe
+    signals: SignalsConfig = field(default_factory=SignalsConfig)
+    attacks: list[str] = field(default_factory=lambda: list(DEFAULT_ATTACKS))
+    attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    device: str = "auto"  # auto | cpu | cuda
+    output: str | None = None  # run directory; default runs/<name>
+    cache_dir: str | None = None  # model cache; default $MIAUDIT_CACHE_DIR or ~/.cache/miaudit
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_NESTED = {
+    "dataset": DatasetConfig,
+    "split": SplitConfig,
+    "signals": SignalsConfig,
+    "metrics": MetricsConfig,
+}
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"'{where}' must be a mapping; got {type(data).__name__}.")
+    valid = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), list(valid), n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(
+                f"unknown key '{where + '.' if where else ''}{key}' in the config.{hint} "
+                f"Valid keys{' of ' + where if where else ''}: {', '.join(valid)}."
+            )
+        nested = _NESTED.get(key) if cls is RunConfig else None
+        kwargs[key] = _build(nested, value, key) if nested and value is not None else value
+    return cls(**kwargs)
+
+
+def _check_types(cfg: RunConfig) -> None:
+    def need(cond: bool, message: str) -> None:
+        if not cond:
+            raise ConfigError(message)
+
+    need(isinstance(cfg.seed, int), f"seed must be an integer; got {cfg.seed!r}.")
+    need(isinstance(cfg.models, int) and cfg.models >= 1, "models must be an integer >= 1.")
+    need(isinstance(cfg.target, int), "target must be an integer model index.")
+    need(cfg.design in ("online", "offline"), f"design must be online or offline; got {cfg.design!r}.")
+    need(isinstance(cfg.attacks, list) and all(isinstance(a, str) for a in cfg.attacks),
+         "attacks must be a list of attack names (see `miaudit attacks`).")
+    need(isinstance(cfg.recipe, dict), "recipe must be a mapping of training-recipe fields.")
+    need(isinstance(cfg.attack_params, dict), "attack_params must map attack names to mappings.")
+    need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
+         f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
+    need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
+    for name in cfg.attack_params:
+        need(name in cfg.attacks, f"attack_params names '{name}', which is not in attacks.")
+
+
+def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
+    cfg = _build(RunConfig, data or {}, "")
+    _check_types(cfg)
+    return cfg
+
+
+def load_config(path: str | Path) -> RunConfig:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist.")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+    return config_from_dict(data)
+
+
+def dump_config(cfg: RunConfig) -> str:
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

@@ -1,0 +1,134 @@
+"""Query trained models into a signal bank.
+
+A query is a deterministic transform of an input batch: `plain` (query 0), `mirror`
+(horizontal flip, images), and `crop-flip-K` (the augmented queries of LiRA and RAPID: random
+crop with 4-pixel zero padding plus a random horizontal flip, drawn once per dataset row from
+seed K, so every model sees exactly the same augmented input).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from miaudit.errors import ConfigError
+
+# (batch of inputs, their dataset row ids) -> transformed batch
+QueryFn = Callable[[torch.Tensor, np.ndarray], torch.Tensor]
+_CROP_FLIP = re.compile(r"^crop-flip-(\d+)$")
+
+
+def _plain(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+    return x
+
+
+def _mirror(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+    return x.flip(-1)
+
+
+def _crop_flip(seed: int, n_rows: int, padding: int = 4) -> QueryFn:
+    rng = np.random.default_rng([seed, 7])
+    offsets = torch.from_numpy(rng.integers(0, 2 * padding + 1, size=(n_rows, 2)))
+    flips = torch.from_numpy(rng.random(n_rows) < 0.5)
+
+    def apply(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        n, c, h, w = x.shape
+        padded = torch.nn.functional.pad(x, (padding, padding, padding, padding))
+        index = torch.from_numpy(rows)
+        iy = offsets[index, 0].view(n, 1) + torch.arange(h).view(1, h)
+        ix = offsets[index, 1].view(n, 1) + torch.arange(w).view(1, w)
+        ix = torch.where(flips[index].view(n, 1), ix.flip(1), ix)
+        return padded[
+            torch.arange(n).view(n, 1, 1, 1),
+            torch.arange(c).view(1, c, 1, 1),
+            iy.view(n, 1, h, 1),
+            ix.view(n, 1, 1, w),
+        ]
+
+    return apply
+
+
+def make_query(name: str, n_rows: int, kind: str) -> QueryFn:
+    """The query transform called `name` for a dataset of `n_rows` rows of kind image/tabular."""
+    if name == "plain":
+        return _plain
+    if kind != "image":
+        raise ConfigError(
+            f"query '{name}' transforms images; dataset kind is '{kind}'. Use queries: [plain]."
+        )
+    if name == "mirror":
+        return _mirror
+    match = _CROP_FLIP.match(name)
+    if match:
+        return _crop_flip(int(match.group(1)), n_rows)
+    raise ConfigError(
+        f"unknown query '{name}'; known: plain, mirror, crop-flip-K (K an integer seed)."
+    )
+
+
+def query_logits(
+    modules: Sequence[torch.nn.Module],
+    features: np.ndarray,
+    rows: np.ndarray,
+    queries: Sequence[str],
+    kind: str,
+    device: str = "cpu",
+    batch_size: int = 1024,
+    progress: bool = True,
+) -> np.ndarray:
+    """Logits float32 [M, len(rows), Q, C] of every model on every row under every query."""
+    fns = [make_query(q, len(features), kind) for q in queries]
+    out: np.ndarray | None = None
+    bar = tqdm(total=len(modules), desc="querying models", disable=not progress, leave=False)
+    for m, module in enumerate(modules):
+        module.eval().to(device)
+        with torch.no_grad():
+            for start in range(0, len(rows), batch_size):
+                batch_rows = rows[start : start + batch_size]
+                x = torch.from_numpy(features[batch_rows])
+                for q, fn in enumerate(fns):
+                    logits = module(fn(x, batch_rows).to(device)).float().cpu().numpy()
+                    if out is None:
+                        out = np.empty((len(modules), len(rows), len(fns), logits.shape[1]),
+                                       dtype=np.float32)
+                    out[m, start : start + len(batch_rows), q] = logits
+        bar.update(1)
+    bar.close()
+    assert out is not None
+    return out
+
+
+def per_sample_grad_norms(
+    module: torch.nn.Module,
+    features: np.ndarray,
+    labels: np.ndarray,
+    rows: np.ndarray,
+    device: str = "cpu",
+    batch_size: int = 256,
+) -> np.ndarray:
+    """‖∇_θ ℓ(f(x_n), y_n)‖₂ per row on the plain input (Watson eq. 2), float64 [len(rows)].
+
+    Uses torch.func (vmap over per-sample gradients), with the model in eval mode.
+    """
+    module = module.eval().to(device)
+    params = {k: v.detach() for k, v in module.named_parameters()}
+    buffers = {k: v.detach() for k, v in module.named_buffers()}
+
+    def sample_loss(p: dict, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        out = torch.func.functional_call(module, (p, buffers), (xi.unsqueeze(0),))
+        return torch.nn.functional.cross_entropy(out, yi.unsqueeze(0))
+
+    grad_fn = torch.func.vmap(torch.func.grad(sample_loss), in_dims=(None, 0, 0))
+    norms = np.empty(len(rows), dtype=np.float64)
+    for start in range(0, len(rows), batch_size):
+        batch = rows[start : start + batch_size]
+        x = torch.from_numpy(features[batch]).to(device)
+        y = torch.from_numpy(labels[batch].astype(np.int64)).to(device)
+        grads = grad_fn(params, x, y)
+        squared = sum(g.reshape(len(batch), -1).pow(2).sum(1) for g in grads.values())
+        norms[start : start + len(batch)] = squared.sqrt().double().cpu().numpy()
+    return norms
