@@ -114,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("bank", help="bank .npz: logits [M,N,Q,C], labels [N], membership [M,N]")
     attack.add_argument("--target", type=int, required=True, help="index of the target model")
     attack.add_argument("--attacks", help="comma-separated attack names (default: all that fit)")
-    attack.add_argument("--params", help="YAML mapping of attack parameters, e.g. '{rmia: {a: 0.5}}'")
+    attack.add_argument(
+        "--params", help="YAML mapping of attack parameters, e.g. '{rmia: {a: 0.5}}'"
+    )
     attack.add_argument("--out", required=True, help="output folder")
     attack.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     attack.set_defaults(fn=cmd_attack)

@@ -104,7 +104,8 @@ def _check_types(cfg: RunConfig) -> None:
     need(isinstance(cfg.seed, int), f"seed must be an integer; got {cfg.seed!r}.")
     need(isinstance(cfg.models, int) and cfg.models >= 1, "models must be an integer >= 1.")
     need(isinstance(cfg.target, int), "target must be an integer model index.")
-    need(cfg.design in ("online", "offline"), f"design must be online or offline; got {cfg.design!r}.")
+    need(cfg.design in ("online", "offline"),
+         f"design must be online or offline; got {cfg.design!r}.")
     need(isinstance(cfg.attacks, list) and all(isinstance(a, str) for a in cfg.attacks),
          "attacks must be a list of attack names (see `miaudit attacks`).")
     need(isinstance(cfg.recipe, dict), "recipe must be a mapping of training-recipe fields.")

@@ -1,0 +1,57 @@
+import numpy as np
+import pytest
+import torch
+
+from miaudit.errors import ConfigError
+from miaudit.signals.query import make_query, per_sample_grad_norms, query_logits
+
+
+def test_crop_flip_is_deterministic_per_row_regardless_of_batching():
+    x = torch.rand(6, 3, 8, 8)
+    fn = make_query("crop-flip-1", 6, "image")
+    whole = fn(x, np.arange(6))
+    parts = torch.cat([fn(x[:2], np.arange(2)), fn(x[2:], np.arange(2, 6))])
+    assert torch.equal(whole, parts) and whole.shape == x.shape
+    assert not torch.equal(whole, make_query("crop-flip-2", 6, "image")(x, np.arange(6)))
+
+
+def test_crop_flip_shifts_content_by_at_most_the_padding():
+    x = torch.zeros(1, 1, 12, 12)
+    x[0, 0, 6, 6] = 1.0
+    out = make_query("crop-flip-0", 1, "image")(x, np.array([0]))
+    ys, xs = torch.nonzero(out[0, 0], as_tuple=True)
+    assert out.sum() == 1.0 and abs(int(ys[0]) - 6) <= 4
+
+
+def test_mirror_and_tabular_errors():
+    x = torch.arange(4.0).view(1, 1, 1, 4)
+    assert torch.equal(make_query("mirror", 1, "image")(x, np.array([0]))[0, 0, 0],
+                       torch.tensor([3.0, 2, 1, 0]))
+    with pytest.raises(ConfigError, match="tabular"):
+        make_query("mirror", 1, "tabular")
+    with pytest.raises(ConfigError, match="unknown query"):
+        make_query("rotate", 1, "image")
+
+
+def test_query_logits_and_grad_norms_match_direct_computation():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+    features = np.random.default_rng(0).random((10, 1, 4, 4)).astype(np.float32)
+    labels = np.arange(10) % 3
+    rows = np.array([3, 1, 7])
+    logits = query_logits([model], features, rows, ["plain", "mirror"], "image",
+                          batch_size=2, progress=False)
+    with torch.no_grad():
+        plain = model(torch.from_numpy(features[rows])).numpy()
+        mirror = model(torch.from_numpy(features[rows]).flip(-1)).numpy()
+    np.testing.assert_allclose(logits[0, :, 0], plain, rtol=1e-6)
+    np.testing.assert_allclose(logits[0, :, 1], mirror, rtol=1e-6)
+    norms = per_sample_grad_norms(model, features, labels, rows, batch_size=2)
+    for i, row in enumerate(rows):
+        model.zero_grad()
+        loss = torch.nn.functional.cross_entropy(
+            model(torch.from_numpy(features[row : row + 1])), torch.tensor([labels[row]])
+        )
+        loss.backward()
+        direct = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+        assert norms[i] == pytest.approx(direct, rel=1e-5)

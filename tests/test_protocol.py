@@ -1,0 +1,60 @@
+import numpy as np
+import pytest
+
+from miaudit.errors import ConfigError
+from miaudit.protocol import balanced_membership, make_design, make_split
+
+
+def test_split_is_disjoint_seeded_and_sized():
+    split = make_split(1000, audit=0.4, public=300, population=100, seed=3)
+    assert (split.audit.size, split.public.size, split.population.size) == (400, 300, 100)
+    rows = split.rows
+    assert len(np.unique(rows)) == rows.size == 800
+    again = make_split(1000, audit=0.4, public=300, population=100, seed=3)
+    np.testing.assert_array_equal(again.rows, rows)
+    other = make_split(1000, audit=0.4, public=300, population=100, seed=4)
+    assert not np.array_equal(other.rows, rows)
+
+
+def test_split_too_large_is_a_clear_error():
+    with pytest.raises(ConfigError, match="add up to"):
+        make_split(100, audit=60, public=60, population=0, seed=0)
+    with pytest.raises(ConfigError, match="count"):
+        make_split(100, audit=-1, public=10, population=0, seed=0)
+
+
+def test_balanced_membership_has_exactly_half_in():
+    m = balanced_membership(8, 500, np.random.default_rng(0))
+    assert (m.sum(axis=0) == 4).all()
+    assert 200 < m.sum(axis=1).min() and m.sum(axis=1).max() < 300
+
+
+def test_online_design_balances_audit_and_public_and_never_population():
+    split = make_split(600, audit=200, public=200, population=100, seed=0)
+    design = make_design(split, 4, "online", seed=0)
+    member_counts = design.membership.sum(axis=0)
+    assert (member_counts[:400] == 2).all()
+    assert (member_counts[400:] == 0).all()
+    assert design.population_mask().sum() == 100 and design.audit_mask().sum() == 200
+
+
+def test_offline_design_references_train_on_public_only():
+    split = make_split(600, audit=200, public=200, population=100, seed=0)
+    design = make_design(split, 5, "offline", seed=0, target=2)
+    audit, public = design.audit_mask(), ~design.audit_mask() & ~design.population_mask()
+    assert design.membership[2, audit].sum() == 100 and not design.membership[2, public].any()
+    refs = [0, 1, 3, 4]
+    assert not design.membership[refs][:, audit].any()
+    assert (design.membership[refs][:, public].sum(axis=1) == 100).all()
+    rows = design.training_rows(2)
+    assert set(rows) <= set(split.audit) and rows.size == 100
+
+
+def test_design_errors():
+    split = make_split(100, audit=50, public=0, population=0, seed=0)
+    with pytest.raises(ConfigError, match="public"):
+        make_design(split, 3, "offline", seed=0)
+    with pytest.raises(ConfigError, match="design"):
+        make_design(split, 3, "sideways", seed=0)
+    with pytest.raises(ConfigError, match="target"):
+        make_design(split, 2, "online", seed=0, target=5)
