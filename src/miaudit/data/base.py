@@ -1,0 +1,129 @@
+"""The `Dataset` container and small array helpers shared by every loader."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from miaudit.errors import DataError
+
+KINDS = ("image", "tabular")
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """A whole dataset as arrays: the pool that protocols later split into members and others.
+
+    `features` is float32 (images `[N, C, H, W]` scaled to [0, 1]; tabular `[N, F]`), `labels`
+    int64 `[N]` in `0..num_classes-1`. Arrays of other dtypes are converted on construction.
+    """
+
+    name: str
+    features: np.ndarray
+    labels: np.ndarray
+    num_classes: int
+    kind: str
+    source: str = ""
+    notes: str = ""
+    _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        features = np.ascontiguousarray(self.features, dtype=np.float32)
+        labels = np.ascontiguousarray(self.labels)
+        if labels.dtype.kind not in "iub":
+            raise DataError(
+                f"dataset {self.name!r}: labels must be integers, got dtype {labels.dtype}; "
+                "map them to 0..K-1 first (the file loader does this for you)"
+            )
+        labels = labels.astype(np.int64, copy=False)
+        object.__setattr__(self, "features", features)
+        object.__setattr__(self, "labels", labels)
+        if self.kind not in KINDS:
+            raise DataError(
+                f"dataset {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}"
+            )
+        if labels.ndim != 1 or features.ndim < 2 or len(features) != len(labels):
+            raise DataError(
+                f"dataset {self.name!r}: features {features.shape} and labels {labels.shape} "
+                "do not match; need features [N, ...] and labels [N] with the same N"
+            )
+        if self.kind == "image" and features.ndim != 4:
+            raise DataError(
+                f"dataset {self.name!r}: image features must be [N, C, H, W], got "
+                f"{features.shape}; reshape them or use kind='tabular'"
+            )
+        if self.kind == "tabular" and features.ndim != 2:
+            raise DataError(
+                f"dataset {self.name!r}: tabular features must be [N, F], got {features.shape}; "
+                "flatten them or use kind='image'"
+            )
+        if self.num_classes < 1 or (
+            len(labels) and (labels.min() < 0 or labels.max() >= self.num_classes)
+        ):
+            raise DataError(
+                f"dataset {self.name!r}: labels must lie in 0..{self.num_classes - 1}; "
+                f"found range {labels.min() if len(labels) else '-'}.."
+                f"{labels.max() if len(labels) else '-'}; remap the labels or fix num_classes"
+            )
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one sample (`features.shape[1:]`)."""
+        return tuple(self.features.shape[1:])
+
+    def fingerprint(self) -> str:
+        """sha256 hex of name, shapes, feature bytes and label bytes (computed once)."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256()
+            digest.update(self.name.encode("utf-8") + b"\0")
+            digest.update(repr((self.features.shape, self.labels.shape)).encode() + b"\0")
+            digest.update(memoryview(self.features).cast("B"))
+            digest.update(memoryview(self.labels).cast("B"))
+            object.__setattr__(self, "_fingerprint", digest.hexdigest())
+        return self._fingerprint  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset(name={self.name!r}, kind={self.kind!r}, n={len(self)}, "
+            f"input_shape={self.input_shape}, num_classes={self.num_classes})"
+        )
+
+
+def encode_labels(values: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, list[Any]]:
+    """Map arbitrary label values to 0..K-1 (sorted order); return codes and the class list."""
+    arr = np.asarray(values)
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise DataError("labels contain NaN or inf; drop or fix those rows")
+    if arr.dtype == object:
+        if any(v is None or (isinstance(v, float) and v != v) for v in arr):
+            raise DataError("labels contain missing values; drop or fix those rows")
+        arr = arr.astype(str)
+    classes, codes = np.unique(arr, return_inverse=True)
+    return codes.astype(np.int64).reshape(-1), [_plain(c) for c in classes]
+
+
+def describe_mapping(classes: Sequence[Any], limit: int = 20) -> str:
+    """Human-readable 'value->code' list for notes (truncated past `limit` classes)."""
+    pairs = [f"{c!r}->{i}" for i, c in enumerate(classes[:limit])]
+    more = f", ... ({len(classes) - limit} more)" if len(classes) > limit else ""
+    return "{" + ", ".join(pairs) + more + "}"
+
+
+def standardize(x: np.ndarray) -> np.ndarray:
+    """Z-score each column (population std; constant columns are only centred)."""
+    x = np.asarray(x, dtype=np.float64)
+    mean = x.mean(axis=0)
+    std = x.std(axis=0)
+    std[std == 0] = 1.0
+    return (x - mean) / std
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value

@@ -1,0 +1,220 @@
+"""Dataset registry: names -> (loader, fetcher, presence check, metadata).
+
+Loaders and fetchers receive the dataset's own folder, `data_dir / name`. Registering does no
+I/O; files are only touched by `load_dataset` / `fetch_dataset`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from miaudit.data.base import Dataset
+from miaudit.errors import DataError
+
+Loader = Callable[..., Dataset]
+Fetcher = Callable[[Path], Path]
+PresenceCheck = Callable[[Path], bool]
+
+FILE_SUFFIXES = (".npz", ".csv", ".parquet", ".pq")
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What `list_datasets` reports about one registered dataset."""
+
+    name: str
+    kind: str
+    description: str
+    source: str
+    license: str
+    present: bool
+    num_classes: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    loader: Loader
+    fetcher: Fetcher | None
+    present: PresenceCheck
+    kind: str
+    description: str
+    source: str
+    license: str
+    num_classes: int | None
+    options: dict[str, Any]
+    manual: str
+    listed: bool
+    locate: Callable[[Path], Path]
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def _always(_folder: Path) -> bool:
+    return True
+
+
+def _same(folder: Path) -> Path:
+    return folder
+
+
+def register_dataset(
+    name: str,
+    *,
+    fetcher: Fetcher | None = None,
+    present: PresenceCheck | None = None,
+    kind: str,
+    description: str,
+    source: str = "",
+    license: str = "",
+    num_classes: int | None = None,
+    options: dict[str, Any] | None = None,
+    manual: str = "",
+    listed: bool = True,
+    locate: Callable[[Path], Path] | None = None,
+) -> Callable[[Loader], Loader]:
+    """Decorator registering `loader(folder, **options) -> Dataset` under `name`.
+
+    `present(folder)` says whether the files are there (default: always, for embedded data);
+    `options` maps each accepted option to its default; `manual` tells a user offline which
+    files to place where (`{folder}` stands for the dataset's folder); `locate(folder)` names
+    the folder the files are actually read from (default: `folder`), returned by
+    `fetch_dataset`.
+    """
+
+    def decorate(loader: Loader) -> Loader:
+        if name in _REGISTRY:
+            raise ValueError(f"dataset {name!r} is already registered")
+        _REGISTRY[name] = _Entry(
+            name=name,
+            loader=loader,
+            fetcher=fetcher,
+            present=present or _always,
+            kind=kind,
+            description=description,
+            source=source,
+            license=license,
+            num_classes=num_classes,
+            options=dict(options or {}),
+            manual=manual,
+            listed=listed,
+            locate=locate or _same,
+        )
+        return loader
+
+    return decorate
+
+
+def default_data_dir() -> Path:
+    """`$MIAUDIT_DATA_DIR` if set, else `~/.cache/miaudit/data`."""
+    env = os.environ.get("MIAUDIT_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "miaudit" / "data"
+
+
+def _root(data_dir: str | os.PathLike | None) -> Path:
+    return Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
+
+
+def _entry(name: str) -> _Entry:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        pass
+    known = sorted(n for n, e in _REGISTRY.items() if e.listed)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise DataError(
+        f"unknown dataset {name!r}.{hint} Known datasets: {', '.join(known)}; or pass the path "
+        f"of an existing {'/'.join(FILE_SUFFIXES[:3])} file."
+    )
+
+
+def _looks_like_file(name: str) -> bool:
+    if name in _REGISTRY:
+        return False
+    return Path(name).expanduser().is_file() or Path(name).suffix.lower() in FILE_SUFFIXES
+
+
+def list_datasets(data_dir: str | os.PathLike | None = None) -> list[DatasetInfo]:
+    """Every registered dataset, with whether its files are present in `data_dir`."""
+    root = _root(data_dir)
+    return [
+        DatasetInfo(
+            name=e.name,
+            kind=e.kind,
+            description=e.description,
+            source=e.source,
+            license=e.license,
+            present=bool(e.present(root / e.name)),
+            num_classes=e.num_classes,
+            options=dict(e.options),
+        )
+        for e in sorted(_REGISTRY.values(), key=lambda e: (e.kind, e.name))
+        if e.listed
+    ]
+
+
+def is_present(name: str, data_dir: str | os.PathLike | None = None) -> bool:
+    """Whether dataset `name` can be loaded from `data_dir` without fetching."""
+    entry = _entry(name)
+    return bool(entry.present(_root(data_dir) / name))
+
+
+def load_dataset(
+    name: str | os.PathLike, data_dir: str | os.PathLike | None = None, **options: Any
+) -> Dataset:
+    """Load a registered dataset (or a user file, when `name` is a path) as a `Dataset`.
+
+    Raises `DataError` for an unknown name (with a close match), an unknown option, or a
+    dataset whose files are absent (saying how to fetch them).
+    """
+    name = os.fspath(name)
+    if _looks_like_file(name):
+        if "path" in options:
+            raise DataError(f"got both a file name {name!r} and path=...; pass only one")
+        options["path"] = name
+        name = "file"
+    entry = _entry(name)
+    unknown = sorted(set(options) - set(entry.options))
+    if unknown:
+        accepted = ", ".join(f"{k}={v!r}" for k, v in entry.options.items()) or "none"
+        raise DataError(
+            f"dataset {name!r} does not accept option(s) {', '.join(unknown)}; "
+            f"accepted options (with defaults): {accepted}"
+        )
+    folder = _root(data_dir) / name
+    if not entry.present(folder):
+        manual = f" Offline, {entry.manual.format(folder=folder)}." if entry.manual else ""
+        raise DataError(
+            f"dataset {name!r} is not present in {folder}. Run `miaudit data fetch {name}` "
+            f"(or miaudit.data.fetch_dataset({name!r}, data_dir=...)) first.{manual}"
+        )
+    return entry.loader(folder, **{**entry.options, **options})
+
+
+def fetch_dataset(
+    name: str, data_dir: str | os.PathLike | None = None, *, force: bool = False
+) -> Path:
+    """Obtain the files of dataset `name` into `data_dir/name`; return the folder used.
+
+    Does nothing when the files are already present (unless `force`). Embedded datasets need
+    no fetching.
+    """
+    entry = _entry(name)
+    folder = _root(data_dir) / name
+    if entry.fetcher is None:
+        if name == "file":
+            raise DataError("'file' datasets are your own files: there is nothing to fetch")
+        return folder
+    if not force and entry.present(folder):
+        return entry.locate(folder)
+    return entry.fetcher(folder)

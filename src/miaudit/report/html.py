@@ -1,0 +1,239 @@
+"""One self-contained HTML page: inline CSS, figures as base64 data URIs, no external assets."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from html import escape
+from typing import Any
+
+import numpy as np
+
+from miaudit.report.table import build_table, fmt_pct, fpr_label, reported_fprs
+from miaudit.results import AttackOutcome, AuditResult
+
+TOP_EXPOSED = 20
+_PREFERRED_FPR = "0.01"
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
+       max-width: 72rem; padding: 0 1rem; color: #222; line-height: 1.45; }
+h1 { font-size: 1.6rem; margin-bottom: 0.2rem; }
+h2 { font-size: 1.2rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.9rem; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.6rem; }
+th { background: #f4f4f4; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+pre { background: #f7f7f7; padding: 0.7rem; overflow-x: auto; font-size: 0.85rem; }
+ul.warnings li { color: #8a5300; }
+figure { margin: 1rem 0; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.85rem; color: #555; }
+.muted { color: #666; font-size: 0.85rem; }
+"""
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj if isinstance(obj, _SCALARS) else str(obj)
+
+
+def _dump(obj: Any) -> str:
+    """YAML when PyYAML is installed (easier to read), JSON otherwise."""
+    obj = to_jsonable(obj)
+    try:
+        import yaml
+
+        return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+    except ImportError:  # pragma: no cover - pyyaml is a dependency
+        return json.dumps(obj, indent=2)
+
+
+def _table(header: list[str], rows: list[list[Any]], num_from: int = 1) -> str:
+    head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
+    body = []
+    for row in rows:
+        cells = "".join(
+            f'<td class="num">{escape(str(c))}</td>'
+            if j >= num_from
+            else f"<td>{escape(str(c))}</td>"
+            for j, c in enumerate(row)
+        )
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _models_html(models: Any) -> str:
+    """Models and their accuracies: a table for dict-of-dicts / list-of-dicts, else YAML."""
+    if isinstance(models, dict) and models and all(isinstance(v, dict) for v in models.values()):
+        items = [{"model": k, **v} for k, v in models.items()]
+    elif isinstance(models, list) and models and all(isinstance(v, dict) for v in models):
+        items = models
+    else:
+        return f"<pre>{escape(_dump(models))}</pre>"
+    keys: list[str] = []
+    for item in items:
+        keys += [k for k in item if k not in keys]
+    rows = [[_cell(item.get(k)) for k in keys] for item in items]
+    return _table(keys, rows)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value) if isinstance(value, _SCALARS) else json.dumps(to_jsonable(value))
+
+
+def _meta_html(meta: dict[str, Any]) -> str:
+    parts = []
+    scalars = [
+        [k, _cell(v)] for k, v in meta.items() if isinstance(v, _SCALARS) and k not in ("warnings",)
+    ]
+    if scalars:
+        parts.append(_table(["item", "value"], scalars, num_from=99))
+    if "models" in meta:
+        parts.append("<h3>Models</h3>" + _models_html(meta["models"]))
+    if "config" in meta:
+        parts.append(f"<h3>Configuration</h3><pre>{escape(_dump(meta['config']))}</pre>")
+    others = {
+        k: v
+        for k, v in meta.items()
+        if k not in ("models", "config", "warnings", "skipped") and not isinstance(v, _SCALARS)
+    }
+    if others:
+        parts.append(f"<h3>Other metadata</h3><pre>{escape(_dump(others))}</pre>")
+    return "\n".join(parts) or '<p class="muted">No metadata recorded.</p>'
+
+
+def strongest(result: AuditResult) -> tuple[AttackOutcome | None, str | None]:
+    """Attack with the highest TPR at 1% FPR (else the largest reported FPR), ties by AUC."""
+    fprs = reported_fprs(result)
+    key = _PREFERRED_FPR if _PREFERRED_FPR in fprs else (max(fprs, key=float) if fprs else None)
+
+    def rank(o: AttackOutcome) -> tuple[float, float]:
+        tpr = o.metrics.get("tpr_at_fpr", {}).get(key) if key else None
+        auc = o.metrics.get("auc")
+        return (-1.0 if tpr is None else tpr, -1.0 if auc is None else auc)
+
+    if not result.outcomes:
+        return None, key
+    return max(result.outcomes, key=rank), key
+
+
+def _explanation(result: AuditResult) -> str:
+    best, key = strongest(result)
+    text = (
+        "<p><b>AUC</b> is the probability that an attack gives a randomly chosen training "
+        "member a higher score than a randomly chosen non-member: 0.5 is guessing, 1.0 is "
+        "perfect separation. It summarises average behaviour. <b>TPR at a low FPR</b> (e.g. "
+        "TPR@1%) is the fraction of members the attack identifies while wrongly flagging only "
+        "that small fraction of non-members. It is the figure that matters for privacy: an "
+        "attack that is confidently right about a few samples is a real leak even when its "
+        "AUC is close to 0.5. Brackets hold bootstrap confidence intervals (95% by default).</p>"
+    )
+    if best is not None and key is not None:
+        met = best.metrics
+        tpr = met.get("tpr_at_fpr", {}).get(key)
+        auc = met.get("auc")
+        pct = float(key) * 100
+        summary = f"The attack that leaked most here is <b>{escape(best.name)}</b>"
+        if tpr is not None:
+            ratio = tpr / float(key) if float(key) > 0 else math.nan
+            summary += (
+                f": at {pct:g}% FPR it identifies {fmt_pct(tpr)}% of members "
+                f"({ratio:.1f}&times; the rate expected by chance)"
+            )
+        if auc is not None:
+            summary += f", with AUC {auc:.3f}"
+        text += f"<p>{summary}.</p>"
+    return text
+
+
+def _exposed_html(result: AuditResult) -> str:
+    best, key = strongest(result)
+    if best is None:
+        return '<p class="muted">No attacks.</p>'
+    scores = np.asarray(best.scores, dtype=np.float64)
+    finite = np.flatnonzero(~np.isnan(scores))
+    top = finite[np.argsort(-scores[finite], kind="stable")[:TOP_EXPOSED]]
+    members = np.asarray(result.members, dtype=bool)
+    indices = np.asarray(result.indices)
+    rows = [[int(indices[i]), "yes" if members[i] else "no", f"{scores[i]:.6g}"] for i in top]
+    crit = f"by {fpr_label(key)}" if key else "by AUC"
+    intro = (
+        f"<p>The {len(top)} audit samples with the highest score under "
+        f"<b>{escape(best.name)}</b> (the strongest attack {escape(crit)}). "
+        "<i>index</i> is the sample's position in the bank.</p>"
+    )
+    return intro + _table(["index", "member", "score"], rows)
+
+
+def _figure_html(name: str, png: bytes) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    captions = {
+        "roc": "ROC curves on log-log axes, drawn as steps (the TPR reachable at each FPR, "
+        "as in the table). Dashed lines: the reported FPRs; grey band: FPRs where fewer "
+        "than 10 non-members would be false positives.",
+        "histograms": "Score distributions of members (red) and non-members (blue).",
+    }
+    caption = captions.get(name, name)
+    return (
+        f'<figure><img alt="{escape(name)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{escape(caption)}</figcaption></figure>"
+    )
+
+
+def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
+    """The report page as a string; ``figures`` maps a name to PNG bytes (embedded)."""
+    meta = result.meta or {}
+    title = "miaudit membership inference report"
+    subtitle = " / ".join(
+        f"{k}: {meta[k]}"
+        for k in ("dataset", "target")
+        if k in meta and isinstance(meta[k], _SCALARS)
+    )
+    table = build_table(result)
+    warnings = [str(w) for w in (meta.get("warnings") or [])] + table.notes
+    warn_html = (
+        '<ul class="warnings">' + "".join(f"<li>{escape(w)}</li>" for w in warnings) + "</ul>"
+        if warnings
+        else '<p class="muted">None.</p>'
+    )
+    n_members = int(np.asarray(result.members, dtype=bool).sum())
+    n_total = int(np.asarray(result.members).size)
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="muted">{escape(subtitle)}</p>' if subtitle else "",
+        f"<p>{n_total:,} audit samples ({n_members:,} members, {n_total - n_members:,} "
+        f"non-members), {len(result.outcomes)} attacks.</p>",
+        "<h2>Results</h2>",
+        _table(table.header, table.rows),
+        "<h2>What this means</h2>",
+        _explanation(result),
+        "<h2>Warnings</h2>",
+        warn_html,
+        "<h2>Figures</h2>",
+        *(_figure_html(name, png) for name, png in figures.items()),
+        "<h2>Most exposed samples</h2>",
+        _exposed_html(result),
+        "<h2>Run metadata</h2>",
+        _meta_html(meta),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        + "\n".join(b for b in body if b)
+        + "\n</body>\n</html>\n"
+    )

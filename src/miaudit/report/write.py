@@ -1,0 +1,142 @@
+"""Write a report directory: metrics.json, scores.csv, summary.json, PNG figures, report.html.
+
+Everything is rendered in memory first; only then are the files written, each atomically
+(temporary file + rename). A failure while rendering writes nothing; a failure while writing
+leaves complete files only. ``summary.json`` is written last: its presence (with its file list)
+marks a complete report.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from miaudit.errors import MiauditError
+from miaudit.io import atomic_open, write_json, write_text
+from miaudit.report.html import render_html, to_jsonable
+from miaudit.report.plots import figure_png, histograms_png, roc_png
+from miaudit.results import AuditResult
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_RESERVED = {"metrics", "scores", "summary", "report", "roc", "histograms"}
+
+
+def _strict(obj: Any) -> Any:
+    """JSON-safe copy: numpy types to Python, non-finite floats to None (strict JSON)."""
+    obj = to_jsonable(obj)
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_strict(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def _check(result: AuditResult) -> None:
+    n = np.asarray(result.indices).shape[0]
+    if np.asarray(result.members).shape != (n,):
+        raise MiauditError(
+            f"AuditResult.members has shape {np.asarray(result.members).shape}, expected ({n},)"
+        )
+    names = [o.name for o in result.outcomes]
+    dupes = sorted({x for x in names if names.count(x) > 1})
+    if dupes:
+        raise MiauditError(f"attack names must be unique in a report, repeated: {dupes}")
+    for o in result.outcomes:
+        if np.asarray(o.scores).shape != (n,):
+            raise MiauditError(
+                f"attack {o.name!r} has {np.asarray(o.scores).shape} scores for {n} audit "
+                "samples: one score per audit sample is required"
+            )
+
+
+def metrics_document(result: AuditResult) -> dict[str, Any]:
+    """``{attack: metrics + {"cost": ...}}`` as written to metrics.json."""
+    doc = {}
+    for o in result.outcomes:
+        entry = dict(o.metrics)
+        if o.cost:
+            entry["cost"] = dict(o.cost)
+        doc[o.name] = entry
+    return _strict(doc)
+
+
+def scores_csv(result: AuditResult) -> str:
+    """CSV text ``index,member,<attack>...``; scores written with repr (exact round trip)."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(
+        ["index", "member", *(o.name for o in result.outcomes)]
+    )
+    cols = [
+        [str(int(i)) for i in np.asarray(result.indices).tolist()],
+        ["1" if m else "0" for m in np.asarray(result.members, dtype=bool).tolist()],
+    ]
+    cols += [
+        [repr(x) for x in np.asarray(o.scores, dtype=np.float64).tolist()] for o in result.outcomes
+    ]
+    buf.writelines(",".join(row) + "\n" for row in zip(*cols, strict=True))
+    return buf.getvalue()
+
+
+def _figure_bytes(name: str, fig: Figure | bytes) -> bytes:
+    if not _NAME.match(name) or name in _RESERVED:
+        raise MiauditError(
+            f"extra figure name {name!r} is not allowed: use letters, digits, '_', '-' or '.', "
+            f"and none of {sorted(_RESERVED)}"
+        )
+    if isinstance(fig, (bytes, bytearray)):
+        if not bytes(fig).startswith(b"\x89PNG\r\n\x1a\n"):
+            raise MiauditError(f"extra figure {name!r}: bytes must be a PNG image")
+        return bytes(fig)
+    if isinstance(fig, Figure):
+        return figure_png(fig)
+    raise MiauditError(
+        f"extra figure {name!r} must be a matplotlib Figure or PNG bytes, got {type(fig).__name__}"
+    )
+
+
+def write_report(
+    result: AuditResult,
+    out_dir: str | Path,
+    *,
+    extra_figures: dict[str, Figure | bytes] | None = None,
+) -> dict[str, Path]:
+    """Write the report files into ``out_dir`` (created if needed); return ``{name: path}``.
+
+    Names: ``metrics``, ``scores``, ``roc``, ``histograms``, one per extra figure (written as
+    ``<name>.png`` and embedded in the page), ``report`` (report.html) and ``summary``.
+    """
+    _check(result)
+    out_dir = Path(out_dir)
+    # render everything before touching the disk (cheap checks first)
+    extras = {name: _figure_bytes(name, fig) for name, fig in (extra_figures or {}).items()}
+    metrics = metrics_document(result)
+    table_csv = scores_csv(result)
+    figures = {"roc": roc_png(result), "histograms": histograms_png(result), **extras}
+    page = render_html(result, figures)
+    paths = {
+        "metrics": out_dir / "metrics.json",
+        "scores": out_dir / "scores.csv",
+        **{name: out_dir / f"{name}.png" for name in figures},
+        "report": out_dir / "report.html",
+        "summary": out_dir / "summary.json",
+    }
+    summary = _strict(dict(result.meta or {}))
+    summary["files"] = [p.name for p in paths.values()]
+
+    write_json(paths["metrics"], metrics)
+    write_text(paths["scores"], table_csv)
+    for name, png in figures.items():
+        with atomic_open(paths[name], "wb") as handle:
+            handle.write(png)
+    write_text(paths["report"], page)
+    write_json(paths["summary"], summary)
+    return paths

@@ -1,0 +1,81 @@
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from miaudit.attacks import TargetView
+from miaudit.config import config_from_dict
+from miaudit.errors import AttackError, ConfigError
+from miaudit.pipeline import evaluate_bank, public_threshold, run
+
+
+def _tiny_config(tmp_path, **overrides):
+    data = {
+        "name": "tiny",
+        "seed": 1,
+        "dataset": {"name": "digits"},
+        "split": {"audit": 200, "public": 200, "population": 100},
+        "design": "offline",
+        "models": 3,
+        "recipe": {"architecture": "mlp", "epochs": 3, "batch_size": 64},
+        "signals": {"queries": ["plain", "mirror"], "grad_norm": True},
+        "attacks": ["loss", "confidence", "correctness", "gradient-norm"],
+        "metrics": {"bootstrap": 20},
+        "output": str(tmp_path / "run"),
+        "cache_dir": str(tmp_path / "cache"),
+    }
+    data.update(overrides)
+    return config_from_dict(data)
+
+
+def test_run_writes_everything_and_reuses_cached_models(tmp_path, capsys):
+    cfg = _tiny_config(tmp_path)
+    result, out = run(cfg, progress=False)
+    for name in ("config.yaml", "bank.npz", "metrics.json", "scores.csv", "roc.png",
+                 "histograms.png", "report.html", "summary.json"):
+        assert (out / name).exists(), name
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["seed"] == 1 and saved["models"] == 3
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert list(metrics) == cfg.attacks
+    assert result.meta["models_trained"] == 3 and result.members.size == 200
+    assert "loss" in capsys.readouterr().out
+    again, _ = run(cfg, progress=False, echo=False)
+    assert again.meta["models_trained"] == 0 and again.meta["models_from_cache"] == 3
+    np.testing.assert_array_equal(again.outcome("loss").scores, result.outcome("loss").scores)
+
+
+def test_unknown_attack_fails_before_training(tmp_path):
+    cfg = _tiny_config(tmp_path, attacks=["loss", "lira-ofline"])
+    with pytest.raises(AttackError, match="unknown attack"):
+        run(cfg, progress=False)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_unknown_recipe_field_is_a_config_error(tmp_path):
+    cfg = _tiny_config(tmp_path, recipe={"architecture": "mlp", "epoch": 3})
+    with pytest.raises(ConfigError, match="epoch"):
+        run(cfg, progress=False)
+
+
+def test_public_threshold_uses_a_reference_on_public_samples_only(digits_bank):
+    view = TargetView.of(digits_bank, 0)
+    tau = public_threshold("loss", view, {})
+    assert tau is not None and np.isfinite(tau)
+    # the threshold does not depend on the target's logits or membership
+    other = TargetView.of(digits_bank, 0)
+    other._logits = digits_bank.logits.copy()
+    other._logits[0] += 5.0
+    assert public_threshold("loss", other, {}) == tau
+
+
+def test_evaluate_bank_rejects_targets_without_both_classes(digits_bank):
+    from miaudit.signals import SignalBank
+
+    membership = digits_bank.membership.copy()
+    membership[0, digits_bank.audit] = True
+    bank = SignalBank(digits_bank.logits, digits_bank.labels, membership,
+                      digits_bank.population, digits_bank.audit)
+    with pytest.raises(AttackError, match="both members and non-members"):
+        evaluate_bank(bank, 0, ["loss"])
