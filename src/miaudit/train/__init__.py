@@ -1,0 +1,26 @@
+"""Training: recipes, the fast training loop, and the content-addressed model cache."""
+
+from miaudit.train.cache import CacheStats, ModelCache, indices_digest, key_for
+from miaudit.train.recipe import Recipe
+from miaudit.train.trainer import (
+    EpochInfo,
+    TrainedModel,
+    lr_at,
+    predict_logits,
+    train_model,
+    train_models,
+)
+
+__all__ = [
+    "CacheStats",
+    "EpochInfo",
+    "ModelCache",
+    "Recipe",
+    "TrainedModel",
+    "indices_digest",
+    "key_for",
+    "lr_at",
+    "predict_logits",
+    "train_model",
+    "train_models",
+]

@@ -1,0 +1,224 @@
+"""Content-addressed model cache: a model is stored under a hash of what determines it.
+
+Layout: ``ROOT/<key>.safetensors`` (the state dict) and ``ROOT/<key>.json`` (metadata with the
+sha256 of the weights file). Both are written atomically, the json last, so an entry counts only
+when its json exists and the weights hash matches; anything else is a miss or a corrupt entry,
+which is retrained and overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save_file
+
+from miaudit import __version__
+from miaudit.errors import CacheError
+from miaudit.io import atomic_path, write_json
+from miaudit.models import build_model
+from miaudit.train import trainer
+from miaudit.train.recipe import Recipe
+from miaudit.train.trainer import ArrayLike, TrainedModel
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+
+
+def indices_digest(indices: ArrayLike) -> str:
+    """sha256 of the sorted int64 index array (training does not depend on row order)."""
+    idx = np.asarray(indices.cpu() if isinstance(indices, torch.Tensor) else indices)
+    canonical = np.ascontiguousarray(np.sort(idx.astype("<i8").ravel()))
+    return hashlib.sha256(canonical.tobytes()).hexdigest()
+
+
+def key_for(
+    dataset_fingerprint: str,
+    indices: ArrayLike,
+    recipe: Recipe,
+    seed: int,
+    num_classes: int | None = None,
+) -> str:
+    """Cache key: sha256 over dataset fingerprint, index digest, recipe key, seed (and an
+    explicit ``num_classes`` when one is given; ``None`` means inferred from the labels)."""
+    payload = {
+        "format": CACHE_FORMAT,
+        "dataset": str(dataset_fingerprint),
+        "indices": indices_digest(indices),
+        "recipe": recipe.key(),
+        "seed": int(seed),
+        "num_classes": None if num_classes is None else int(num_classes),
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class CacheStats:
+    """Counts since the cache object was made: ``misses`` = models trained."""
+
+    hits: int = 0
+    misses: int = 0
+    corrupt: int = 0  # entries found broken (also counted in misses)
+
+
+class ModelCache:
+    """Train-or-load models by content key under ``root``."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.stats = CacheStats()
+
+    def weights_path(self, key: str) -> Path:
+        return self.root / f"{key}.safetensors"
+
+    def meta_path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def contains(self, key: str) -> bool:
+        """True if a complete entry (json present, weights hash matching) exists for ``key``."""
+        try:
+            self._read_verified(key)
+        except (CacheError, FileNotFoundError):
+            return False
+        return True
+
+    def get_or_train(
+        self,
+        dataset_fingerprint: str,
+        indices: ArrayLike,
+        recipe: Recipe,
+        seed: int,
+        device: str | torch.device = "cpu",
+        *,
+        features: ArrayLike,
+        labels: ArrayLike,
+        num_classes: int | None = None,
+        progress: bool = True,
+        desc: str = "training",
+        num_threads: int | None = None,
+    ) -> TrainedModel:
+        """The cached model for these inputs, training (and storing) it on a miss."""
+        key = key_for(dataset_fingerprint, indices, recipe, seed, num_classes)
+        n_classes = trainer.infer_num_classes(labels) if num_classes is None else num_classes
+        input_shape = tuple(int(d) for d in features.shape[1:])
+        try:
+            model = self._load(key, recipe, seed, input_shape, int(n_classes), device)
+        except FileNotFoundError:
+            model = None
+        except CacheError as exc:
+            log.warning("cache entry %s is corrupt (%s); retraining", key, exc)
+            self.stats.corrupt += 1
+            self.meta_path(key).unlink(missing_ok=True)
+            model = None
+        if model is not None:
+            self.stats.hits += 1
+            return model
+        self.stats.misses += 1
+        model = trainer.train_model(
+            recipe,
+            features,
+            labels,
+            indices,
+            seed,
+            device,
+            num_classes=n_classes,
+            progress=progress,
+            desc=desc,
+            num_threads=num_threads,
+        )
+        self._store(key, model, dataset_fingerprint, indices)
+        return model
+
+    def _read_verified(self, key: str) -> tuple[dict[str, Any], bytes]:
+        """Metadata and weight bytes of ``key``; FileNotFoundError if absent (no json),
+        CacheError if present but broken."""
+        meta_path = self.meta_path(key)
+        if not meta_path.exists():
+            raise FileNotFoundError(meta_path)
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CacheError(f"metadata unreadable: {exc}") from exc
+        if not isinstance(meta, dict) or "weights_sha256" not in meta:
+            raise CacheError("metadata lacks weights_sha256")
+        try:
+            blob = self.weights_path(key).read_bytes()
+        except OSError as exc:
+            raise CacheError(f"weights unreadable: {exc}") from exc
+        if hashlib.sha256(blob).hexdigest() != meta["weights_sha256"]:
+            raise CacheError("weights file hash does not match its metadata")
+        return meta, blob
+
+    def _load(
+        self,
+        key: str,
+        recipe: Recipe,
+        seed: int,
+        input_shape: tuple[int, ...],
+        num_classes: int,
+        device: str | torch.device,
+    ) -> TrainedModel:
+        meta, blob = self._read_verified(key)
+        try:
+            state = load_safetensors(blob)
+        except Exception as exc:  # safetensors raises its own error types
+            raise CacheError(f"weights unreadable: {exc}") from exc
+        with trainer.isolated_rng(torch.device("cpu"), 0):  # leave the caller's RNG alone
+            module = build_model(
+                recipe.architecture, input_shape, num_classes, **recipe.arch_params
+            )
+        try:
+            module.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise CacheError(f"weights do not fit the architecture: {first}") from exc
+        module.to(device).eval()
+        return TrainedModel(
+            module=module,
+            recipe=recipe,
+            seed=int(seed),
+            train_seconds=float(meta.get("train_seconds", 0.0)),
+            samples_per_second=float(meta.get("samples_per_second", 0.0)),
+            n_train=int(meta.get("n_train", 0)),
+            num_classes=num_classes,
+            input_shape=input_shape,
+            losses=[float(v) for v in meta.get("losses", [])],
+            from_cache=True,
+        )
+
+    def _store(
+        self, key: str, model: TrainedModel, dataset_fingerprint: str, indices: ArrayLike
+    ) -> None:
+        state = {k: v.detach().cpu().contiguous() for k, v in model.module.state_dict().items()}
+        with atomic_path(self.weights_path(key)) as tmp:
+            save_file(state, str(tmp))
+            digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        meta = {
+            "format": CACHE_FORMAT,
+            "key": key,
+            "dataset_fingerprint": str(dataset_fingerprint),
+            "indices_sha256": indices_digest(indices),
+            "recipe": model.recipe.to_dict(),
+            "recipe_key": model.recipe.key(),
+            "seed": model.seed,
+            "n_train": model.n_train,
+            "num_classes": model.num_classes,
+            "input_shape": list(model.input_shape),
+            "train_seconds": model.train_seconds,
+            "samples_per_second": model.samples_per_second,
+            "losses": model.losses,
+            "weights_sha256": digest,
+            "miaudit_version": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        write_json(self.meta_path(key), meta)

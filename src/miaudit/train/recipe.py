@@ -1,0 +1,184 @@
+"""Training recipes: everything that decides a model's weights besides data, indices and seed.
+
+A :class:`Recipe` is frozen and hashable; :meth:`Recipe.key` is a stable content hash over every
+field, so the model cache can tell recipes apart. To add a field, give it a default of the right
+type (``int``, ``float``, ``bool``, ``str`` or a mapping); validation and ``from_dict`` pick it up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import math
+import numbers
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from miaudit.errors import ConfigError
+from miaudit.models import check_model_params
+
+OPTIMIZERS = ("sgd", "adam")
+SCHEDULES = ("cosine", "constant")
+
+
+def _freeze(value: Any, where: str) -> Any:
+    """Immutable, JSON-representable copy of ``value`` (lists become tuples)."""
+    if isinstance(value, Mapping):
+        return FrozenParams(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v, where) for v in value)
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: {value} is not a finite number.")
+        return float(value)
+    raise ConfigError(
+        f"{where}: value {value!r} of type {type(value).__name__} is not allowed; "
+        "use numbers, strings, booleans, lists or mappings."
+    )
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, FrozenParams):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+class FrozenParams(Mapping[str, Any]):
+    """A read-only, hashable mapping of string keys to JSON-like values."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+        items = {}
+        for key, value in (data or {}).items():
+            if not isinstance(key, str):
+                raise ConfigError(f"parameter names must be strings, got {key!r}.")
+            items[key] = _freeze(value, f"parameter {key!r}")
+        self._data = dict(sorted(items.items()))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(_thaw(self), sort_keys=True))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return _thaw(self) == {k: _thaw(_freeze(v, k)) for k, v in other.items()}
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FrozenParams({self._data!r})"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to train one model. Every field enters :meth:`key`."""
+
+    architecture: str = "mlp"
+    arch_params: Mapping[str, Any] = field(default_factory=FrozenParams)
+    optimizer: str = "sgd"  # "sgd" | "adam"
+    lr: float = 0.1
+    momentum: float = 0.9  # sgd only; 0 gives plain SGD (nesterov is then ignored)
+    nesterov: bool = True  # sgd only
+    weight_decay: float = 0.0
+    schedule: str = "cosine"  # "cosine" (per step, to 0 at the end) | "constant"
+    epochs: int = 20
+    batch_size: int = 128
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, _coerce(f, getattr(self, f.name)))
+        check_model_params(self.architecture, self.arch_params)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("schedule", self.schedule, SCHEDULES)
+        if self.lr < 0:
+            raise ConfigError(f"lr must be >= 0, got {self.lr}.")
+        if self.momentum < 0 or self.weight_decay < 0:
+            raise ConfigError("momentum and weight_decay must be >= 0.")
+        if self.epochs < 0:
+            raise ConfigError(f"epochs must be >= 0, got {self.epochs}.")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict of every field."""
+        return {f.name: _thaw(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Recipe:
+        """Build from a dict; unknown keys raise ConfigError naming the key and the valid ones."""
+        valid = [f.name for f in dataclasses.fields(cls)]
+        for key in data:
+            if key not in valid:
+                close = difflib.get_close_matches(str(key), valid, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(
+                    f"unknown recipe key {key!r}.{hint} Valid keys: {', '.join(valid)}."
+                )
+        return cls(**dict(data))
+
+    def replace(self, **changes: Any) -> Recipe:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def canonical_json(self) -> str:
+        """Sorted, compact JSON of every field: the input of :meth:`key`."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+    def key(self) -> str:
+        """Stable sha256 hex digest of :meth:`canonical_json`."""
+        return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} {value!r} is unknown; use one of {', '.join(choices)}.")
+
+
+def _coerce(f: dataclasses.Field, value: Any) -> Any:
+    """Check ``value`` against the type of the field's default; ints become floats if needed."""
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    bad = ConfigError(
+        f"recipe field {f.name!r} must be {type(default).__name__}, got {value!r} "
+        f"({type(value).__name__})."
+    )
+    if isinstance(default, Mapping):
+        if not isinstance(value, Mapping):
+            raise bad
+        return FrozenParams(value)
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise bad
+        if not isinstance(value, numbers.Integral):
+            if not float(value).is_integer():
+                raise bad
+        return int(value)
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise bad
+        return _freeze(float(value), f.name)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise bad
+        return value
+    return _freeze(value, f.name)

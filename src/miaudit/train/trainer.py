@@ -1,0 +1,330 @@
+"""The training loop: one resident tensor per dataset, index-sliced batches, no DataLoader.
+
+Speed matters (audits train hundreds of reference models), so the loop keeps the training rows
+as a single tensor on the device, draws one ``randperm`` per epoch from a local generator and
+slices batches by index. The only host-device syncs are one per epoch (the mean loss).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+from tqdm.auto import tqdm
+
+from miaudit.errors import ConfigError
+from miaudit.models import build_model
+from miaudit.train.recipe import Recipe
+
+ArrayLike = np.ndarray | torch.Tensor
+
+
+@dataclass
+class TrainedModel:
+    """A trained network (in eval mode) and how it was made."""
+
+    module: nn.Module
+    recipe: Recipe
+    seed: int
+    train_seconds: float
+    samples_per_second: float
+    n_train: int = 0
+    num_classes: int = 0
+    input_shape: tuple[int, ...] = ()
+    losses: list[float] = field(default_factory=list)  # mean training loss of each epoch
+    from_cache: bool = False
+
+
+@dataclass(frozen=True)
+class EpochInfo:
+    """What an ``on_epoch_end`` callback receives. ``module`` is in train mode."""
+
+    epoch: int  # 1-based
+    epochs: int
+    loss: float  # mean training loss over the epoch
+    lr: float  # learning rate of the epoch's last step
+    module: nn.Module
+
+
+EpochCallback = Callable[[EpochInfo], None]
+
+
+def lr_at(recipe: Recipe, step: int, total_steps: int) -> float:
+    """Learning rate of optimizer step ``step`` (0-based) out of ``total_steps``.
+
+    ``cosine`` decays per step from ``recipe.lr`` at step 0 to 0 at ``total_steps``.
+    """
+    if recipe.schedule == "constant" or total_steps <= 0:
+        return recipe.lr
+    frac = min(max(step, 0), total_steps) / total_steps
+    return recipe.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
+
+
+def make_optimizer(recipe: Recipe, params: Sequence[nn.Parameter]) -> torch.optim.Optimizer:
+    """The recipe's optimizer. SGD with ``momentum == 0`` is plain SGD (nesterov ignored)."""
+    if recipe.optimizer == "adam":
+        return torch.optim.Adam(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    return torch.optim.SGD(
+        params,
+        lr=recipe.lr,
+        momentum=recipe.momentum,
+        nesterov=recipe.nesterov and recipe.momentum > 0,
+        weight_decay=recipe.weight_decay,
+    )
+
+
+def derive_seeds(seed: int) -> tuple[int, int]:
+    """Independent (init/dropout, shuffle) seeds from one user seed."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}.")
+    init, shuffle = np.random.SeedSequence(int(seed)).generate_state(2, dtype=np.uint64)
+    return int(init), int(shuffle)
+
+
+@contextlib.contextmanager
+def isolated_rng(device: torch.device, seed: int) -> Iterator[None]:
+    """Seed torch's global RNGs for model init and dropout, restoring them afterwards."""
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)
+        yield
+
+
+@contextlib.contextmanager
+def cpu_threads(num_threads: int | None) -> Iterator[None]:
+    """Use ``num_threads`` intra-op CPU threads inside the block (``None``: leave torch's)."""
+    if num_threads is None:
+        yield
+        return
+    if int(num_threads) < 1:
+        raise ConfigError(f"num_threads must be >= 1 or None, got {num_threads}.")
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(num_threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _progress_enabled(progress: bool) -> bool:
+    stream = sys.stderr
+    return bool(progress) and hasattr(stream, "isatty") and stream.isatty()
+
+
+def as_device_tensor(
+    array: ArrayLike, device: str | torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """``array`` as a tensor of ``dtype`` on ``device`` (no copy when it already is one)."""
+    return torch.as_tensor(array).to(device=device, dtype=dtype)
+
+
+def infer_num_classes(labels: ArrayLike) -> int:
+    """``labels.max() + 1``: the number of classes a dataset's labels imply."""
+    if len(labels) == 0:
+        raise ConfigError("labels are empty; cannot infer num_classes.")
+    return int(labels.max()) + 1
+
+
+def _check_indices(indices: ArrayLike, n: int) -> np.ndarray:
+    idx = np.asarray(indices.cpu() if isinstance(indices, torch.Tensor) else indices)
+    if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+        raise ConfigError(
+            f"indices must be a non-empty 1-D integer array of training rows, got shape "
+            f"{idx.shape} dtype {idx.dtype}."
+        )
+    if idx.min() < 0 or idx.max() >= n:
+        raise ConfigError(
+            f"indices must lie in [0, {n}) (the number of rows), got range "
+            f"[{idx.min()}, {idx.max()}]."
+        )
+    # A model depends on the multiset of rows, not their order: sort so order never matters.
+    return np.sort(idx.astype(np.int64, copy=False))
+
+
+def _gather(
+    array: ArrayLike, idx: np.ndarray, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    if isinstance(array, torch.Tensor):
+        rows = torch.as_tensor(idx, device=array.device)
+        return array.index_select(0, rows).to(device=device, dtype=dtype)
+    return torch.as_tensor(np.take(np.asarray(array), idx, axis=0)).to(device=device, dtype=dtype)
+
+
+def _train_epoch(
+    module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    recipe: Recipe,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    order: torch.Tensor,
+    step: int,
+    total_steps: int,
+) -> tuple[float, float]:
+    """One pass over ``order``; returns the mean loss and the last step's learning rate."""
+    total = torch.zeros((), device=x.device)
+    lr = recipe.lr
+    for lo in range(0, len(order), recipe.batch_size):
+        batch = order[lo : lo + recipe.batch_size]
+        lr = lr_at(recipe, step, total_steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss = F.cross_entropy(module(x.index_select(0, batch)), y.index_select(0, batch))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total.add_(loss.detach(), alpha=len(batch))
+        step += 1
+    return float(total) / len(order), lr  # float(): the one host-device sync per epoch
+
+
+def train_model(
+    recipe: Recipe,
+    features: ArrayLike,
+    labels: ArrayLike,
+    indices: ArrayLike,
+    seed: int,
+    device: str | torch.device = "cpu",
+    num_classes: int | None = None,
+    progress: bool = True,
+    *,
+    on_epoch_end: EpochCallback | None = None,
+    desc: str = "training",
+    num_threads: int | None = None,
+) -> TrainedModel:
+    """Train ``recipe`` on rows ``indices`` of ``features``/``labels``; same seed, same weights.
+
+    ``features`` is float [N, ...], ``labels`` int [N] (numpy or torch, any device).
+    ``num_classes`` defaults to ``labels.max() + 1`` over all rows, so models trained on
+    different subsets of one dataset share an output size. Row order in ``indices`` is
+    irrelevant. ``on_epoch_end`` (optional) runs after each epoch, e.g. to evaluate.
+    ``num_threads`` sets torch's CPU threads for this call only (``None``: unchanged); small
+    models on a busy machine train several times faster with 1.
+    """
+    device = torch.device(device)
+    if len(features) != len(labels):
+        raise ConfigError(f"features has {len(features)} rows but labels has {len(labels)}.")
+    idx = _check_indices(indices, len(features))
+    n_classes = infer_num_classes(labels) if num_classes is None else int(num_classes)
+    init_seed, shuffle_seed = derive_seeds(seed)
+
+    x = _gather(features, idx, device, torch.float32)
+    y = _gather(labels, idx, device, torch.int64)
+    if int(y.min()) < 0 or int(y.max()) >= n_classes:
+        raise ConfigError(
+            f"training labels must lie in [0, {n_classes}) (num_classes), got range "
+            f"[{int(y.min())}, {int(y.max())}]; pass the right num_classes."
+        )
+    input_shape = tuple(int(d) for d in x.shape[1:])
+    n = len(idx)
+    steps_per_epoch = math.ceil(n / recipe.batch_size)
+    total_steps = steps_per_epoch * recipe.epochs
+    shuffler = torch.Generator(device="cpu").manual_seed(shuffle_seed)
+
+    losses: list[float] = []
+    start = time.perf_counter()
+    with isolated_rng(device, init_seed), cpu_threads(num_threads):
+        module = build_model(recipe.architecture, input_shape, n_classes, **recipe.arch_params)
+        module.to(device).train()
+        optimizer = make_optimizer(recipe, list(module.parameters()))
+        bar = tqdm(
+            total=recipe.epochs,
+            desc=desc,
+            unit="epoch",
+            leave=False,
+            disable=not _progress_enabled(progress),
+        )
+        step = 0
+        with bar:
+            for epoch in range(recipe.epochs):
+                order = torch.randperm(n, generator=shuffler).to(device, non_blocking=True)
+                loss, lr = _train_epoch(module, optimizer, recipe, x, y, order, step, total_steps)
+                step += steps_per_epoch
+                losses.append(loss)
+                bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.3g}")
+                bar.update(1)
+                if on_epoch_end is not None:
+                    on_epoch_end(EpochInfo(epoch + 1, recipe.epochs, loss, lr, module))
+                    module.train()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    module.eval()
+    return TrainedModel(
+        module=module,
+        recipe=recipe,
+        seed=int(seed),
+        train_seconds=seconds,
+        samples_per_second=n * recipe.epochs / seconds if seconds > 0 else float("inf"),
+        n_train=n,
+        num_classes=n_classes,
+        input_shape=input_shape,
+        losses=losses,
+    )
+
+
+def train_models(
+    recipe: Recipe,
+    features: ArrayLike,
+    labels: ArrayLike,
+    index_sets: Sequence[ArrayLike],
+    seeds: Sequence[int],
+    device: str | torch.device = "cpu",
+    num_classes: int | None = None,
+    progress: bool = True,
+    *,
+    num_threads: int | None = None,
+) -> list[TrainedModel]:
+    """Train one model per (index set, seed) pair; the data moves to ``device`` once."""
+    if len(index_sets) != len(seeds):
+        raise ConfigError(f"got {len(index_sets)} index sets but {len(seeds)} seeds; pair them.")
+    x = as_device_tensor(features, device, torch.float32)
+    y = as_device_tensor(labels, device, torch.int64)
+    n_classes = infer_num_classes(y) if num_classes is None else int(num_classes)
+    total = len(seeds)
+    return [
+        train_model(
+            recipe,
+            x,
+            y,
+            idx,
+            seed,
+            device,
+            n_classes,
+            progress,
+            desc=f"model {i + 1}/{total}",
+            num_threads=num_threads,
+        )
+        for i, (idx, seed) in enumerate(zip(index_sets, seeds, strict=True))
+    ]
+
+
+def predict_logits(
+    module: nn.Module,
+    features: ArrayLike,
+    batch_size: int = 1024,
+    device: str | torch.device = "cpu",
+) -> np.ndarray:
+    """Logits float32 [N, C] of ``module`` (moved to ``device``) in eval mode, batched."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}.")
+    device = torch.device(device)
+    was_training = module.training
+    module.to(device).eval()
+    data = features if isinstance(features, torch.Tensor) else torch.as_tensor(features)
+    outs = []
+    try:
+        with torch.no_grad():
+            for lo in range(0, max(len(data), 1), batch_size):
+                xb = data[lo : lo + batch_size].to(device=device, dtype=torch.float32)
+                outs.append(module(xb).float().cpu())
+    finally:
+        module.train(was_training)
+    return torch.cat(outs).numpy().astype(np.float32, copy=False)

@@ -1,0 +1,23 @@
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a shared machine spinning OpenMP
+    threads slow them down several-fold; run these tests single-threaded."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """300 sklearn digits as float32 [N, 1, 8, 8] in [0, 1] and int64 labels."""
+    data = load_digits()
+    x = (data.images[:300] / 16.0).astype(np.float32)[:, None]
+    y = data.target[:300].astype(np.int64)
+    return x, y

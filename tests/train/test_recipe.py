@@ -1,0 +1,98 @@
+import dataclasses
+import hashlib
+
+import pytest
+
+from miaudit.errors import ConfigError
+from miaudit.train import Recipe, lr_at
+
+# If you add a Recipe field this changes (and old cache entries become misses): update it.
+DEFAULT_CANONICAL = (
+    '{"arch_params":{},"architecture":"mlp","batch_size":128,"epochs":20,"lr":0.1,'
+    '"momentum":0.9,"nesterov":true,"optimizer":"sgd","schedule":"cosine","weight_decay":0.0}'
+)
+
+
+def test_key_is_sha256_of_canonical_json():
+    recipe = Recipe()
+    assert recipe.canonical_json() == DEFAULT_CANONICAL
+    assert recipe.key() == hashlib.sha256(DEFAULT_CANONICAL.encode()).hexdigest()
+
+
+def test_key_ignores_spelling_of_equal_values():
+    a = Recipe(arch_params={"hidden": 8, "activation": "tanh"}, lr=1, epochs=3.0)
+    b = Recipe(arch_params={"activation": "tanh", "hidden": 8}, lr=1.0, epochs=3)
+    assert a.key() == b.key() and a == b and hash(a) == hash(b)
+    c = Recipe(architecture="cifar-cnn", arch_params={"channels": [4, 8]})
+    d = Recipe(architecture="cifar-cnn", arch_params={"channels": (4, 8)})
+    assert c.key() == d.key()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"architecture": "cifar-cnn"},
+        {"arch_params": {"hidden": 7}},
+        {"optimizer": "adam"},
+        {"lr": 0.01},
+        {"momentum": 0.5},
+        {"nesterov": False},
+        {"weight_decay": 1e-4},
+        {"schedule": "constant"},
+        {"epochs": 21},
+        {"batch_size": 64},
+    ],
+)
+def test_key_changes_with_every_field(change):
+    assert Recipe(**change).key() != Recipe().key()
+
+
+def test_every_field_is_covered_by_the_sensitivity_test():
+    names = {f.name for f in dataclasses.fields(Recipe)}
+    assert len(names) == 10, "new field: add it to test_key_changes_with_every_field"
+
+
+def test_round_trip_and_frozen():
+    recipe = Recipe(arch_params={"hidden": 5}, optimizer="adam", lr=1e-3, epochs=2)
+    assert Recipe.from_dict(recipe.to_dict()) == recipe
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recipe.lr = 1.0
+    with pytest.raises(TypeError):
+        recipe.arch_params["hidden"] = 6
+    assert recipe.replace(lr=0.5).lr == 0.5 and recipe.lr == 1e-3
+
+
+def test_from_dict_rejects_typo_with_suggestion():
+    with pytest.raises(ConfigError) as err:
+        Recipe.from_dict({"epoch": 3})
+    msg = str(err.value)
+    assert "'epoch'" in msg and "'epochs'" in msg and "batch_size" in msg
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"optimizer": "rmsprop"}, "optimizer"),
+        ({"schedule": "step"}, "schedule"),
+        ({"epochs": "3"}, "epochs"),
+        ({"epochs": 2.5}, "epochs"),
+        ({"nesterov": 1}, "nesterov"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"lr": float("nan")}, "finite"),
+        ({"architecture": "resnet19"}, "resnet18"),
+        ({"arch_params": {"widht": 3}, "architecture": "resnet18"}, "width"),
+    ],
+)
+def test_invalid_values_raise_config_error(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        Recipe(**kwargs)
+
+
+def test_cosine_schedule_reaches_zero():
+    recipe = Recipe(lr=0.1)
+    total = 100
+    assert lr_at(recipe, 0, total) == pytest.approx(0.1)
+    assert lr_at(recipe, 50, total) == pytest.approx(0.05)
+    assert lr_at(recipe, total - 1, total) < 1e-4
+    assert lr_at(recipe, total, total) == pytest.approx(0.0, abs=1e-12)
+    assert lr_at(recipe.replace(schedule="constant"), total - 1, total) == 0.1
