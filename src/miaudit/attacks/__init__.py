@@ -3,7 +3,16 @@
 Importing this package registers every attack module below.
 """
 
-from miaudit.attacks import threshold  # noqa: F401  (registers attacks)
+from miaudit.attacks import (  # noqa: F401  (importing a module registers its attacks)
+    attack_r,
+    calibration,
+    hybrid,
+    lira,
+    rapid,
+    rmia,
+    shokri,
+    threshold,
+)
 from miaudit.attacks.base import (
     AttackRun,
     AttackSpec,

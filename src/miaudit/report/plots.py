@@ -180,6 +180,28 @@ def histograms_figure(result: AuditResult) -> Figure:
     return fig
 
 
+def calibration_figure(
+    result: AuditResult, before: str = "loss", after: str = "calibrated-loss"
+) -> Figure | None:
+    """Watson et al. (seed 001) figure 1: a score before and after difficulty calibration,
+    members vs non-members. None when the result lacks either attack."""
+    names = [o.name for o in result.outcomes]
+    if before not in names or after not in names:
+        return None
+    fig = Figure(figsize=(8.4, 3.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2, squeeze=False)
+    members = np.asarray(result.members, dtype=bool)
+    for ax, name in zip(axes.flat, (before, after), strict=True):
+        scores = np.asarray(result.outcome(name).scores, dtype=np.float64)
+        _hist_panel(ax, name, scores, members)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.suptitle("Difficulty calibration separates members from non-members", fontsize=10)
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=9)
+    return fig
+
+
 def roc_png(result: AuditResult) -> bytes:
     """PNG bytes of :func:`roc_figure`."""
     return figure_png(roc_figure(result), tight=False)  # constrained layout already fits

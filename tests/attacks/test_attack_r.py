@@ -1,0 +1,106 @@
+import numpy as np
+import pytest
+from scipy.special import log_softmax
+
+from miaudit.attacks import TargetView, run_attack
+from miaudit.attacks.attack_r import interpolated_survival
+from miaudit.signals import SignalBank
+
+
+def _variant(bank, membership):
+    return SignalBank(
+        logits=bank.logits,
+        labels=bank.labels,
+        membership=membership,
+        population=bank.population,
+        audit=bank.audit,
+        channels=bank.channels,
+    )
+
+
+def _losses(bank):
+    """Query-averaged cross-entropy per model and sample, [M, N]."""
+    log_p = log_softmax(bank.logits.astype(np.float64), axis=-1)
+    n_idx = np.arange(bank.n_samples)
+    return -log_p[:, n_idx, :, bank.labels].transpose(1, 0, 2).mean(-1)
+
+
+def _out_losses(bank, target, losses, n):
+    refs = [m for m in range(bank.n_models) if m != target]
+    return np.sort([losses[r, n] for r in refs if not bank.membership[r, n]])
+
+
+@pytest.mark.parametrize("target", [0, 7])
+def test_attack_r_matches_interpolated_empirical_cdf(digits_bank, target):
+    losses = _losses(digits_bank)
+    want = np.empty(digits_bank.n_samples)
+    for n in range(digits_bank.n_samples):
+        out = _out_losses(digits_bank, target, losses, n)
+        assert np.all(np.diff(out) > 0)  # no ties in real losses: np.interp is well defined
+        want[n] = 1.0 - np.interp(losses[target, n], out, np.linspace(0, 1, out.size))
+    got = run_attack("attack-r", TargetView.of(digits_bank, target)).scores
+    # atol: a loss differs from the cache's in the last bits; narrow segments amplify it
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.3, 0.5, 0.9])
+def test_thresholding_at_one_minus_alpha_is_attack_r_at_level_alpha(digits_bank, alpha):
+    target = 1
+    losses = _losses(digits_bank)
+    got = run_attack("attack-r", TargetView.of(digits_bank, target)).scores
+    for n in np.nonzero(digits_bank.audit)[0]:
+        threshold = np.quantile(_out_losses(digits_bank, target, losses, n), alpha)
+        assert (got[n] >= 1 - alpha) == (losses[target, n] <= threshold), n
+
+
+def test_interpolation_handles_ties_counts_and_padding():
+    refs = np.array(
+        [
+            [1.0, 5.0, 1.0, 7.0, 0.0],
+            [2.0, 9.0, 2.0, 9.0, 0.0],
+            [2.0, 9.0, 3.0, 9.0, 0.0],
+            [4.0, 9.0, 4.0, 9.0, 0.0],
+        ]
+    )
+    mask = np.array(
+        [
+            [True, True, True, True, False],
+            [True, False, True, False, False],
+            [True, False, True, False, False],
+            [True, False, False, False, False],
+        ]
+    )  # counts 4, 1, 3, 1, 0
+    value = np.array([2.0, 5.0, 2.5, 8.0, 1.0])
+    # col 0: segments [1,2], [2,2] (tie, value on it: 1/2), [2,4] -> F = (1 + 0.5 + 0) / 3
+    # col 1: single reference equal to the value -> 1/2; col 2: sorted 1,2,3 -> F = 0.75
+    # col 3: single reference below the value -> F = 1; col 4: no reference -> NaN
+    want = 1 - np.array([1.5 / 3, 0.5, 0.75, 1.0, np.nan])
+    np.testing.assert_allclose(interpolated_survival(value, refs, mask), want)
+
+
+def test_score_is_one_below_and_zero_above_all_out_losses():
+    refs = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+    mask = np.ones((3, 2), dtype=bool)
+    got = interpolated_survival(np.array([0.5, 3.5]), refs, mask)
+    np.testing.assert_array_equal(got, [1.0, 0.0])
+
+
+def test_sample_without_out_reference_is_nan(digits_bank):
+    target = 3
+    j = int(np.nonzero(digits_bank.audit)[0][9])
+    membership = digits_bank.membership.copy()
+    membership[:, j] = True
+    run = run_attack("attack-r", TargetView.of(_variant(digits_bank, membership), target))
+    assert np.isnan(run.scores[j]) and run.n_unscorable == 1
+    assert np.isfinite(np.delete(run.scores, j)).all()
+
+
+def test_scores_ignore_the_target_membership(digits_bank):
+    target = 4
+    membership = digits_bank.membership.copy()
+    membership[target] = np.random.default_rng(4).random(digits_bank.n_samples) < 0.5
+    membership[target, digits_bank.population] = False
+    np.testing.assert_array_equal(
+        run_attack("attack-r", TargetView.of(digits_bank, target)).scores,
+        run_attack("attack-r", TargetView.of(_variant(digits_bank, membership), target)).scores,
+    )

@@ -1,0 +1,190 @@
+import numpy as np
+import pytest
+from scipy.special import logsumexp
+from scipy.stats import norm
+from sklearn.metrics import roc_auc_score
+
+from miaudit.attacks import TargetView, run_attack
+from miaudit.attacks.lira import SIGMA_FLOOR, fit_gaussians
+from miaudit.signals import SignalBank
+
+NAMES = (
+    "lira-online",
+    "lira-online-fixed-variance",
+    "lira-offline",
+    "lira-offline-fixed-variance",
+    "lira-offline-two-sided",
+)
+
+
+def _variant(bank, membership=None, logits=None):
+    return SignalBank(
+        logits=bank.logits if logits is None else logits,
+        labels=bank.labels,
+        membership=bank.membership if membership is None else membership,
+        population=bank.population,
+        audit=bank.audit,
+        channels=bank.channels,
+    )
+
+
+def _phi(bank):
+    z = bank.logits.astype(np.float64)  # [M, N, Q, C]
+    n_idx = np.arange(bank.n_samples)
+    true = z[:, n_idx, :, bank.labels].transpose(1, 0, 2)  # [M, N, Q]
+    others = z.copy()
+    others[:, n_idx, :, bank.labels] = -np.inf
+    return true - logsumexp(others, axis=-1)
+
+
+def _sides(bank, target, equal_counts):
+    """Per sample: the reference ids IN and OUT, in bank order, truncated like the ref code."""
+    refs = [m for m in range(bank.n_models) if m != target]
+    ins = [[r for r in refs if bank.membership[r, n]] for n in range(bank.n_samples)]
+    outs = [[r for r in refs if not bank.membership[r, n]] for n in range(bank.n_samples)]
+    if equal_counts:
+        k_in = min(len(s) for s in ins if s)
+        k_out = min(len(s) for s in outs if s)
+        ins, outs = [s[:k_in] for s in ins], [s[:k_out] for s in outs]
+    return ins, outs
+
+
+def _fit(phi, sides, fixed):
+    n, q = phi.shape[1:]
+    mu, sd = np.full((n, q), np.nan), np.full((n, q), np.nan)
+    for i, side in enumerate(sides):
+        if side:
+            mu[i] = phi[side, i].mean(axis=0)
+            sd[i] = phi[side, i].std(axis=0)  # ddof 0
+    if fixed:
+        for j in range(q):
+            devs = [phi[s, i, j] - mu[i, j] for i, s in enumerate(sides) if len(s) >= 2]
+            pooled = np.concatenate(devs).std() if devs else np.nan
+            sd[:, j] = np.where(np.isnan(mu[:, j]), np.nan, pooled)
+    return mu, np.maximum(sd, SIGMA_FLOOR)
+
+
+def _direct(bank, target, equal_counts=True):
+    phi = _phi(bank)
+    ins, outs = _sides(bank, target, equal_counts)
+    x = phi[target]
+    want = {}
+    for fixed, suffix in ((False, ""), (True, "-fixed-variance")):
+        mu_in, sd_in = _fit(phi, ins, fixed)
+        mu_out, sd_out = _fit(phi, outs, fixed)
+        online = norm.logpdf(x, mu_in, sd_in) - norm.logpdf(x, mu_out, sd_out)
+        want["lira-online" + suffix] = online.mean(1)
+        want["lira-offline" + suffix] = norm.logcdf(x, mu_out, sd_out).mean(1)
+        if not fixed:
+            want["lira-offline-two-sided"] = -norm.logpdf(x, mu_out, sd_out).mean(1)
+    return want
+
+
+@pytest.mark.parametrize("target", [0, 5])
+def test_lira_scores_match_direct_computation(digits_bank, target):
+    view = TargetView.of(digits_bank, target)
+    want = _direct(digits_bank, target)
+    for name in NAMES:
+        got = run_attack(name, view).scores
+        np.testing.assert_allclose(got, want[name], rtol=1e-8, atol=1e-8, err_msg=name)
+
+
+def test_lira_without_equal_counts_matches_direct_computation(digits_bank):
+    view = TargetView.of(digits_bank, 0)
+    want = _direct(digits_bank, 0, equal_counts=False)
+    for name in NAMES:
+        got = run_attack(name, view, equal_counts=False).scores
+        np.testing.assert_allclose(got, want[name], rtol=1e-8, atol=1e-8, err_msg=name)
+
+
+def test_missing_side_gives_nan_exactly_there(digits_bank):
+    target = 4
+    audit = np.nonzero(digits_bank.audit)[0]
+    no_out, no_in = int(audit[3]), int(audit[7])
+    membership = digits_bank.membership.copy()
+    membership[:, no_out] = True
+    membership[:, no_in] = False
+    view = TargetView.of(_variant(digits_bank, membership), target)
+    for name in NAMES:
+        scores = run_attack(name, view).scores
+        expect_nan = {no_out} | ({no_in} if name.startswith("lira-online") else set())
+        got_nan = set(np.nonzero(np.isnan(scores[digits_bank.audit]))[0].tolist())
+        assert {int(audit[i]) for i in got_nan} == expect_nan, name
+
+
+def test_sigma_is_floored_when_references_agree(digits_bank):
+    target, j = 0, int(np.nonzero(digits_bank.audit)[0][0])
+    logits = digits_bank.logits.copy()
+    logits[1:, j] = logits[1, j]  # every reference has the same outputs on sample j
+    bank = _variant(digits_bank, logits=logits)
+    view = TargetView.of(bank, target)
+    fit = fit_gaussians(view.reference_stat("phi"), view.out_mask())
+    np.testing.assert_array_equal(fit.std[j], SIGMA_FLOOR)
+    want = _direct(bank, target)
+    for name in ("lira-online", "lira-offline", "lira-offline-two-sided"):
+        got = run_attack(name, view).scores
+        assert np.isfinite(got[j]), name
+        np.testing.assert_allclose(got[j], want[name][j], rtol=1e-8, err_msg=name)
+
+
+def test_single_reference_per_side_is_floored():
+    values = np.array([[[1.0, 2.0]], [[3.0, 5.0]]])  # R=2, N=1, Q=2
+    fit = fit_gaussians(values, np.array([[True], [False]]))
+    np.testing.assert_array_equal(fit.mean, [[1.0, 2.0]])
+    np.testing.assert_array_equal(fit.std, [[SIGMA_FLOOR, SIGMA_FLOOR]])
+
+
+def test_fixed_variance_falls_back_to_the_spread_of_all_values():
+    # Every sample has one reference on the side: no within-sample spread to pool.
+    values = np.array([[[1.0], [4.0], [9.0]], [[0.0], [0.0], [0.0]]])  # R=2, N=3, Q=1
+    mask = np.array([[True, True, True], [False, False, False]])
+    fit = fit_gaussians(values, mask, fixed_variance=True)
+    np.testing.assert_allclose(fit.std[:, 0], np.std([1.0, 4.0, 9.0]))
+
+
+def test_one_sided_offline_is_monotone_in_phi_and_two_sided_is_not(digits_bank):
+    target = 2
+    rows = np.arange(digits_bank.n_samples)
+    one, two = [], []
+    for delta in (-2.0, -1.0, 0.0, 1.0, 2.0):
+        logits = digits_bank.logits.copy()
+        logits[target, rows, :, digits_bank.labels] += delta  # phi_t increases by delta
+        view = TargetView.of(_variant(digits_bank, logits=logits), target)
+        one.append(run_attack("lira-offline", view).scores)
+        two.append(run_attack("lira-offline-two-sided", view).scores)
+    one, two = np.array(one)[:, digits_bank.audit], np.array(two)[:, digits_bank.audit]
+    assert (np.diff(one, axis=0) > 0).all()
+    assert (np.diff(two, axis=0) < 0).any()
+
+
+def test_scores_ignore_the_target_membership(digits_bank):
+    target = 6
+    membership = digits_bank.membership.copy()
+    membership[target] = np.random.default_rng(2).random(digits_bank.n_samples) < 0.5
+    membership[target, digits_bank.population] = False
+    original = TargetView.of(digits_bank, target)
+    shuffled = TargetView.of(_variant(digits_bank, membership), target)
+    for name in NAMES:
+        np.testing.assert_array_equal(
+            run_attack(name, original).scores, run_attack(name, shuffled).scores, err_msg=name
+        )
+
+
+def _auc(bank, target, name, **params):
+    scores = run_attack(name, TargetView.of(bank, target), **params).scores[bank.audit]
+    return roc_auc_score(bank.membership[target][bank.audit], scores)
+
+
+def test_online_lira_beats_the_loss_attack(digits_bank):
+    targets = range(digits_bank.n_models)
+    lira = np.mean([_auc(digits_bank, t, "lira-online") for t in targets])
+    loss = np.mean([_auc(digits_bank, t, "loss") for t in targets])
+    assert lira > loss + 0.02, (lira, loss)
+
+
+def test_unequal_reference_counts_bias_online_lira_below_chance(digits_bank):
+    """Why equal_counts is the default: leaving the target out of a balanced bank gives its
+    members one IN reference fewer, and per-sample variances then depend on membership."""
+    targets = range(digits_bank.n_models)
+    biased = np.mean([_auc(digits_bank, t, "lira-online", equal_counts=False) for t in targets])
+    assert biased < 0.5

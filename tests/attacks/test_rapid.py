@@ -1,0 +1,126 @@
+import numpy as np
+import pytest
+from scipy.special import log_softmax
+from sklearn.metrics import roc_auc_score
+
+from miaudit.attacks import TargetView, get_attack, run_attack
+from miaudit.attacks.rapid import rapid_features, rapid_score
+from miaudit.errors import AttackError
+from miaudit.signals import SignalBank
+
+FAST = dict(epochs=3, max_train_samples=2000)
+
+
+def _variant(bank, **changes):
+    arrays = dict(
+        logits=bank.logits,
+        labels=bank.labels,
+        membership=bank.membership,
+        population=bank.population,
+        audit=bank.audit,
+    )
+    arrays.update(changes)
+    return SignalBank(**arrays)
+
+
+def _query_mean_loss(bank):
+    """[M, N] cross-entropy averaged over queries, straight from the logits."""
+    log_p = log_softmax(bank.logits.astype(np.float64), axis=-1)  # [M, N, Q, C]
+    index = np.broadcast_to(bank.labels[None, :, None, None], log_p.shape[:-1] + (1,))
+    return -np.take_along_axis(log_p, index, axis=-1)[..., 0].mean(axis=-1)
+
+
+def _direct_features(bank, model, excluded):
+    """RAPID's [S, S - S_ref] for `model`, S_ref over OUT models not in `excluded`, by loop."""
+    loss = _query_mean_loss(bank)
+    out = np.zeros((bank.n_samples, 2))
+    for n in range(bank.n_samples):
+        refs = [
+            m
+            for m in range(bank.n_models)
+            if m not in excluded and m != model and not bank.membership[m, n]
+        ]
+        s_ref = np.mean(loss[refs, n]) if refs else np.nan
+        out[n] = loss[model, n], loss[model, n] - s_ref
+    return out
+
+
+def test_target_features_match_a_direct_computation(digits_bank):
+    features, scorable = rapid_features(TargetView.of(digits_bank, 3))
+    np.testing.assert_allclose(
+        features, _direct_features(digits_bank, 3, {3}), rtol=1e-9, atol=1e-12
+    )
+    assert scorable.all()
+
+
+def test_shadow_features_exclude_the_target_and_the_shadow(digits_bank):
+    view = TargetView.of(digits_bank, 3)
+    shadow = view.as_shadow(1)  # bank model 1
+    assert shadow.target == 1
+    features, _ = rapid_features(shadow)
+    np.testing.assert_allclose(
+        features, _direct_features(digits_bank, 1, {1, 3}), rtol=1e-9, atol=1e-12
+    )
+    # the target's logits cannot move a shadow feature
+    scrambled = digits_bank.logits.copy()
+    scrambled[3] = np.random.default_rng(0).normal(size=scrambled[3].shape)
+    other = TargetView.of(_variant(digits_bank, logits=scrambled), 3).as_shadow(1)
+    np.testing.assert_array_equal(rapid_features(other)[0], features)
+
+
+def test_rapid_leaks_on_digits(digits_bank):
+    members = digits_bank.membership[0][digits_bank.audit]
+    scores = run_attack("rapid", TargetView.of(digits_bank, 0), **FAST).scores
+    assert roc_auc_score(members, scores[digits_bank.audit]) > 0.5
+
+
+def test_rapid_leaks_clearly_on_the_plain_query(digits_bank):
+    # The fixture's second query mirrors the digit, which is not label-preserving: its loss is
+    # large and noisy for members and non-members alike and dominates the query-mean loss.
+    # On the plain query alone, RAPID's calibrated signal is clear.
+    bank = _variant(digits_bank, logits=digits_bank.logits[:, :, :1])
+    members = bank.membership[0][bank.audit]
+    scores = run_attack("rapid", TargetView.of(bank, 0), **FAST).scores
+    assert roc_auc_score(members, scores[bank.audit]) > 0.58
+
+
+def test_scores_ignore_the_target_membership(digits_bank):
+    flipped = digits_bank.membership.copy()
+    design = ~digits_bank.population
+    flipped[0, design] = ~flipped[0, design]
+    other = _variant(digits_bank, membership=flipped)
+    a = run_attack("rapid", TargetView.of(digits_bank, 0), **FAST).scores
+    b = run_attack("rapid", TargetView.of(other, 0), **FAST).scores
+    np.testing.assert_array_equal(a, b)
+
+
+def test_seed_determines_the_scorer(digits_bank):
+    view = TargetView.of(digits_bank, 0)
+    a = run_attack("rapid", view, **FAST, seed=0).scores
+    b = run_attack("rapid", view, **FAST, seed=0).scores
+    c = run_attack("rapid", view, **FAST, seed=1).scores
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+def test_samples_without_an_out_reference_are_nan(digits_bank):
+    membership = digits_bank.membership.copy()
+    audit = np.flatnonzero(digits_bank.audit)[:25]
+    membership[:, audit] = True  # IN for every model: no OUT reference, for target or shadows
+    bank = _variant(digits_bank, membership=membership)
+    result = run_attack("rapid", TargetView.of(bank, 0), **FAST)
+    assert np.isnan(result.scores[audit]).all()
+    assert result.n_unscorable == 25
+    assert np.isfinite(np.delete(result.scores, audit)).all()
+
+
+def test_too_few_shadows_is_a_clear_error(digits_bank):
+    bank = _variant(
+        digits_bank,
+        logits=digits_bank.logits[:2],
+        membership=digits_bank.membership[:2],
+    )
+    with pytest.raises(AttackError, match="at least 2 shadow"):
+        run_attack("rapid", TargetView.of(bank, 0))
+    with pytest.raises(AttackError, match="at least 2 shadow"):
+        rapid_score(TargetView.of(bank, 0), **{**get_attack("rapid").params, **FAST})
