@@ -1,82 +1,92 @@
 """Per-model, per-sample, per-query statistics derived from a bank's logits.
 
 Every attack reads these instead of raw logits where it can, so each is computed once per bank
-(float64, from float32 logits, a few models at a time to bound memory) and shared by all attacks
-and all targets.
+and shared by all attacks and all targets. All statistics of a chunk of models come out of one
+pass over the logits (float64, from the float32 logits), written so that nothing cancels:
+with m = max_c z, e_c = exp(z_c − m) and T = Σ_{c ≠ argmax} e_c (so Σ_c e_c = 1 + T),
+
+- log p_c = (z_c − m) − log1p(T), exact even for the dominant class (−log1p(T));
+- loss = −log p_y; phi = z_y − logsumexp_{c≠y} z_c = −log T when y is the argmax, else
+  (z_y − m) − log1p(U) with U = Σ_{c ∉ {argmax, y}} e_c;
+- 1 − p_c = T / (1 + T) for the argmax class; log(1 − p_c) = log1p(−p_c) for the others
+  (p_c <= 1/2 there).
+
+Naive `z − logsumexp(z)` loses all digits of the loss of a confidently classified sample, which
+is exactly where low-FPR rankings are decided.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import torch
 
-# Bytes of float64 work memory per chunk of models; bounds the peak while computing.
+# Bytes of float64 work memory per chunk of models; bounds the extra memory while computing.
 _CHUNK_BYTES = 64 * 2**20
 
-
-def _log_softmax(z: torch.Tensor) -> torch.Tensor:
-    return z - torch.logsumexp(z, dim=-1, keepdim=True)
-
-
-def _true_class(values: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """values [m, N, Q, C] -> values at the true class, [m, N, Q]."""
-    index = labels.view(1, -1, 1, 1).expand(*values.shape[:-1], 1)
-    return values.gather(-1, index).squeeze(-1)
-
-
-def _loss(z: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of the true class (>= 0)."""
-    return -_true_class(_log_softmax(z), labels)
+STATISTICS = (
+    "loss",  # cross-entropy of the true class, >= 0
+    "phi",  # LiRA's logit-scaled confidence z_y − logsumexp_{c≠y} z_c
+    "prob_true",  # p_y
+    "log_confidence",  # max_c log p_c
+    "neg_entropy",  # Σ_c p_c log p_c
+    "modified_entropy",  # Song & Mittal's Mentr
+)
 
 
-def _phi(z: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """LiRA's logit-scaled confidence: z_y - logsumexp_{c != y} z_c."""
-    z_true = _true_class(z, labels)
-    onehot = torch.nn.functional.one_hot(labels, z.shape[-1]).bool().view(1, -1, 1, z.shape[-1])
-    others = torch.logsumexp(z.masked_fill(onehot, float("-inf")), dim=-1)
-    return z_true - others
-
-
-def _prob_true(z: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return torch.exp(_true_class(_log_softmax(z), labels))
-
-
-def _log_confidence(z: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """max_c log p_c (Salem's confidence in log space)."""
-    return _log_softmax(z).max(dim=-1).values
-
-
-def _neg_entropy(z: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    log_p = _log_softmax(z)
-    return (torch.exp(log_p) * log_p).sum(dim=-1)
-
-
-def _modified_entropy(z: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Song & Mittal's Mentr = -(1-p_y) log p_y - sum_{c != y} p_c log(1 - p_c)."""
-    log_p = _log_softmax(z)
-    p = torch.exp(log_p)
-    # log(1 - p) from log p without cancellation; clamp keeps p == 1 finite.
-    log_one_minus_p = torch.log(torch.clamp(-torch.expm1(log_p), min=1e-300))
-    onehot = torch.nn.functional.one_hot(labels, z.shape[-1]).bool().view(1, -1, 1, z.shape[-1])
-    true_term = -(1 - p) * log_p
-    other_term = -p * log_one_minus_p
-    return torch.where(onehot, true_term, other_term).sum(dim=-1)
-
-
-STATISTICS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "loss": _loss,
-    "phi": _phi,
-    "prob_true": _prob_true,
-    "log_confidence": _log_confidence,
-    "neg_entropy": _neg_entropy,
-    "modified_entropy": _modified_entropy,
-}
+def compute_statistics(
+    z: torch.Tensor, labels: torch.Tensor, names: tuple[str, ...] | list[str]
+) -> dict[str, torch.Tensor]:
+    """Statistics `names` of logits z [m, N, Q, C] (float64) for labels [N] -> each [m, N, Q]."""
+    c = z.shape[-1]
+    top = z.argmax(dim=-1, keepdim=True)
+    shifted = z - z.gather(-1, top)  # <= 0, exactly 0 at the argmax
+    e = torch.exp(shifted)
+    is_top = torch.zeros_like(e, dtype=torch.bool).scatter_(-1, top, True)
+    rest = e.masked_fill(is_top, 0.0).sum(dim=-1)  # T
+    log_norm = torch.log1p(rest)  # log Σ e
+    # exp underflows when a logit gap exceeds ~745: keep log T finite (phi saturates near 708).
+    log_rest = torch.log(rest.clamp_min(torch.finfo(torch.float64).tiny))
+    y_index = labels.view(1, -1, 1, 1).expand(*z.shape[:-1], 1)
+    y_is_top = (top == y_index).squeeze(-1)
+    s_y = shifted.gather(-1, y_index).squeeze(-1)
+    out: dict[str, torch.Tensor] = {}
+    loss = log_norm - s_y
+    if "loss" in names:
+        out["loss"] = loss
+    if "prob_true" in names:
+        out["prob_true"] = torch.exp(-loss)
+    if "phi" in names:
+        is_y = torch.zeros_like(is_top).scatter_(-1, y_index, True)
+        others = e.masked_fill(is_top | is_y, 0.0).sum(dim=-1)  # U
+        out["phi"] = torch.where(y_is_top, -log_rest, s_y - torch.log1p(others))
+    if "log_confidence" in names:
+        out["log_confidence"] = -log_norm
+    if {"neg_entropy", "modified_entropy"} & set(names):
+        log_p = shifted - log_norm.unsqueeze(-1)
+        p = e / (1.0 + rest).unsqueeze(-1)
+        if "neg_entropy" in names:
+            out["neg_entropy"] = (p * log_p).sum(dim=-1)
+        if "modified_entropy" in names:
+            # Non-top classes have p <= 1/2, where log1p(-p) is exact; the top class uses T.
+            top_rest = rest.unsqueeze(-1)
+            one_minus_p = torch.where(is_top, top_rest / (1.0 + top_rest), 1.0 - p)
+            log_one_minus_p = torch.where(
+                is_top, log_rest.unsqueeze(-1) - log_norm.unsqueeze(-1), torch.log1p(-p)
+            )
+            onehot = torch.nn.functional.one_hot(labels, c).bool().view(1, -1, 1, c)
+            terms = torch.where(onehot, -one_minus_p * log_p, -p * log_one_minus_p)
+            out["modified_entropy"] = terms.sum(dim=-1)
+    return out
 
 
 class StatisticCache:
-    """Lazily computes `STATISTICS[name]` for requested models and keeps the rows."""
+    """Lazily computes statistics for requested models and keeps the rows.
+
+    The first request for any statistic computes the commonly shared ones (loss, phi,
+    log_confidence) for those models in the same pass, since the pass costs the same.
+    """
+
+    _SHARED = ("loss", "phi", "log_confidence")
 
     def __init__(self, logits: np.ndarray, labels: np.ndarray) -> None:
         self._logits = logits
@@ -88,25 +98,37 @@ class StatisticCache:
         """Statistic `name` as float64 [len(models), N, Q] (all models when None)."""
         if name not in STATISTICS:
             raise KeyError(f"unknown statistic '{name}'; known: {sorted(STATISTICS)}")
-        m_total, n, q, c = self._logits.shape
+        m_total = self._logits.shape[0]
         rows = np.arange(m_total) if models is None else np.asarray(models, dtype=np.int64)
-        if name not in self._values:
-            self._values[name] = np.empty((m_total, n, q), dtype=np.float64)
+        if name not in self._done:
             self._done[name] = np.zeros(m_total, dtype=bool)
-        todo = rows[~self._done[name][rows]]
+        todo = np.unique(rows[~self._done[name][rows]])
         if todo.size:
-            self._compute(name, np.unique(todo))
-        return self._values[name][rows]
+            names = (name,) if name not in self._SHARED else self._SHARED
+            self._compute(names, todo)
+        values = self._values[name]
+        if models is None:
+            view = values.view()
+        elif rows.size and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
+            view = values[rows[0] : rows[0] + rows.size]  # contiguous: no copy
+        else:
+            return values[rows]  # a copy
+        view.flags.writeable = False  # shared by every attack: nobody may modify it
+        return view
 
-    def _compute(self, name: str, rows: np.ndarray) -> None:
-        _, n, q, c = self._logits.shape
-        per_model = max(1, n * q * c * 8 * 4)  # a few float64 temporaries per model
+    def _compute(self, names: tuple[str, ...], rows: np.ndarray) -> None:
+        m_total, n, q, c = self._logits.shape
+        for name in names:
+            if name not in self._values:
+                self._values[name] = np.empty((m_total, n, q), dtype=np.float64)
+                self._done.setdefault(name, np.zeros(m_total, dtype=bool))
+        per_model = max(1, n * q * c * 8 * 6)  # about six float64 temporaries per model
         chunk = max(1, _CHUNK_BYTES // per_model)
-        fn = STATISTICS[name]
-        out = self._values[name]
         with torch.no_grad():
             for start in range(0, rows.size, chunk):
                 sel = rows[start : start + chunk]
                 z = torch.from_numpy(self._logits[sel]).to(torch.float64)
-                out[sel] = fn(z, self._labels).numpy()
-        self._done[name][rows] = True
+                for name, value in compute_statistics(z, self._labels, names).items():
+                    self._values[name][sel] = value.numpy()
+        for name in names:
+            self._done[name][rows] = True

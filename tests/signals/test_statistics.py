@@ -1,0 +1,72 @@
+"""Statistics against high-precision references, including confidently classified samples."""
+
+import mpmath
+import numpy as np
+import pytest
+import torch
+
+from miaudit.signals.statistics import STATISTICS, StatisticCache, compute_statistics
+
+mpmath.mp.dps = 60
+
+
+def _reference(z: np.ndarray, y: int) -> dict[str, float]:
+    zs = [mpmath.mpf(float(v)) for v in z]
+    lse = mpmath.log(mpmath.fsum(mpmath.exp(v) for v in zs))
+    log_p = [v - lse for v in zs]
+    p = [mpmath.exp(v) for v in log_p]
+    others = mpmath.log(mpmath.fsum(mpmath.exp(v) for i, v in enumerate(zs) if i != y))
+    mentr = -(1 - p[y]) * log_p[y] - mpmath.fsum(
+        p[c] * mpmath.log(1 - p[c]) for c in range(len(zs)) if c != y
+    )
+    return {
+        "loss": float(-log_p[y]),
+        "phi": float(zs[y] - others),
+        "prob_true": float(p[y]),
+        "log_confidence": float(max(log_p)),
+        "neg_entropy": float(mpmath.fsum(a * b for a, b in zip(p, log_p, strict=True))),
+        "modified_entropy": float(mentr),
+    }
+
+
+CASES = [
+    (np.array([0.3, -1.2, 2.0, 0.0]), 2),
+    (np.array([0.3, -1.2, 2.0, 0.0]), 1),
+    (np.array([40.0, 0.0, -3.0, 1.0]), 0),  # confident and right: loss ~ 1e-17
+    (np.array([40.0, 0.0, -3.0, 1.0]), 3),  # confident and wrong
+    (np.array([5.0, 5.0, -80.0, 4.0]), 2),  # tied top classes, hopeless true class
+    (np.array([1e-3, 0.0, 0.0, 0.0]), 0),
+]
+
+
+@pytest.mark.parametrize("z, y", CASES)
+def test_every_statistic_is_accurate_to_near_machine_precision(z, y):
+    got = compute_statistics(
+        torch.tensor(z, dtype=torch.float64).view(1, 1, 1, -1), torch.tensor([y]), STATISTICS
+    )
+    want = _reference(z, y)
+    for name in STATISTICS:
+        value = float(got[name].item())
+        assert value == pytest.approx(want[name], rel=1e-12, abs=1e-300), name
+
+
+def test_cache_returns_read_only_views_and_subsets():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(4, 30, 2, 5)).astype(np.float32)
+    labels = rng.integers(0, 5, 30)
+    cache = StatisticCache(logits, labels)
+    full = cache.get("loss")
+    with pytest.raises(ValueError):
+        full[0, 0, 0] = 1.0
+    np.testing.assert_array_equal(cache.get("loss", [1, 2]), full[1:3])
+    np.testing.assert_array_equal(cache.get("loss", [3, 0]), full[[3, 0]])
+    with pytest.raises(KeyError):
+        cache.get("nonsense")
+
+
+def test_extreme_logit_gaps_stay_finite():
+    z = torch.tensor([[[[900.0, 0.0, -5.0]]]], dtype=torch.float64)
+    stats = compute_statistics(z, torch.tensor([0]), STATISTICS)
+    for name, value in stats.items():
+        assert torch.isfinite(value).all(), name
+    assert stats["phi"].item() > 700
