@@ -39,13 +39,15 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("names", [STATISTICS, ("loss", "phi", "log_confidence")])
 @pytest.mark.parametrize("z, y", CASES)
-def test_every_statistic_is_accurate_to_near_machine_precision(z, y):
-    got = compute_statistics(
-        torch.tensor(z, dtype=torch.float64).view(1, 1, 1, -1), torch.tensor([y]), STATISTICS
-    )
+def test_every_statistic_is_accurate_to_near_machine_precision(z, y, names):
+    logits = torch.tensor(z, dtype=torch.float64).view(1, 1, 1, -1)
+    got = compute_statistics(logits, torch.tensor([y]), names)
+    assert torch.equal(logits.flatten(), torch.tensor(z, dtype=torch.float64))  # not modified
     want = _reference(z, y)
-    for name in STATISTICS:
+    assert set(got) == set(names)
+    for name in names:
         value = float(got[name].item())
         assert value == pytest.approx(want[name], rel=1e-12, abs=1e-300), name
 

@@ -34,21 +34,26 @@ STATISTICS = (
 
 
 def compute_statistics(
-    z: torch.Tensor, labels: torch.Tensor, names: tuple[str, ...] | list[str]
+    logits: torch.Tensor, labels: torch.Tensor, names: tuple[str, ...] | list[str]
 ) -> dict[str, torch.Tensor]:
-    """Statistics `names` of logits z [m, N, Q, C] (float64) for labels [N] -> each [m, N, Q]."""
-    c = z.shape[-1]
-    top = z.argmax(dim=-1, keepdim=True)
-    shifted = z - z.gather(-1, top)  # <= 0, exactly 0 at the argmax
-    e = torch.exp(shifted)
-    is_top = torch.zeros_like(e, dtype=torch.bool).scatter_(-1, top, True)
-    rest = e.masked_fill(is_top, 0.0).sum(dim=-1)  # T
+    """Statistics `names` of logits [m, N, Q, C] for labels [N] -> each float64 [m, N, Q].
+
+    Works on a float64 copy, in place where it can (this pass bounds the bank's scoring time).
+    """
+    c = logits.shape[-1]
+    shifted = logits.to(torch.float64, copy=True)
+    top = shifted.argmax(dim=-1, keepdim=True)
+    shifted.sub_(shifted.gather(-1, top))  # <= 0, exactly 0 at the argmax
+    y_index = labels.view(1, -1, 1, 1).expand(*shifted.shape[:-1], 1)
+    y_is_top = (top == y_index).squeeze(-1)
+    s_y = shifted.gather(-1, y_index).squeeze(-1)
+    need_p = bool({"neg_entropy", "modified_entropy"} & set(names))
+    e = torch.exp(shifted) if need_p else shifted.exp_()
+    e_rest = e.scatter(-1, top, 0.0) if need_p else e.scatter_(-1, top, 0.0)
+    rest = e_rest.sum(dim=-1)  # T
     log_norm = torch.log1p(rest)  # log Σ e
     # exp underflows when a logit gap exceeds ~745: keep log T finite (phi saturates near 708).
     log_rest = torch.log(rest.clamp_min(torch.finfo(torch.float64).tiny))
-    y_index = labels.view(1, -1, 1, 1).expand(*z.shape[:-1], 1)
-    y_is_top = (top == y_index).squeeze(-1)
-    s_y = shifted.gather(-1, y_index).squeeze(-1)
     out: dict[str, torch.Tensor] = {}
     loss = log_norm - s_y
     if "loss" in names:
@@ -56,12 +61,12 @@ def compute_statistics(
     if "prob_true" in names:
         out["prob_true"] = torch.exp(-loss)
     if "phi" in names:
-        is_y = torch.zeros_like(is_top).scatter_(-1, y_index, True)
-        others = e.masked_fill(is_top | is_y, 0.0).sum(dim=-1)  # U
+        others = e_rest.scatter_(-1, y_index, 0.0).sum(dim=-1)  # U (e_rest is ours)
         out["phi"] = torch.where(y_is_top, -log_rest, s_y - torch.log1p(others))
     if "log_confidence" in names:
         out["log_confidence"] = -log_norm
-    if {"neg_entropy", "modified_entropy"} & set(names):
+    if need_p:
+        is_top = torch.zeros_like(e, dtype=torch.bool).scatter_(-1, top, True)
         log_p = shifted - log_norm.unsqueeze(-1)
         p = e / (1.0 + rest).unsqueeze(-1)
         if "neg_entropy" in names:
@@ -98,6 +103,8 @@ class StatisticCache:
         """Statistic `name` as float64 [len(models), N, Q] (all models when None)."""
         if name not in STATISTICS:
             raise KeyError(f"unknown statistic '{name}'; known: {sorted(STATISTICS)}")
+        if name == "prob_true":  # exp(-loss): derived, not stored (saves a pass and memory)
+            return np.exp(-self.get("loss", models))
         m_total = self._logits.shape[0]
         rows = np.arange(m_total) if models is None else np.asarray(models, dtype=np.int64)
         if name not in self._done:
@@ -127,7 +134,7 @@ class StatisticCache:
         with torch.no_grad():
             for start in range(0, rows.size, chunk):
                 sel = rows[start : start + chunk]
-                z = torch.from_numpy(self._logits[sel]).to(torch.float64)
+                z = torch.from_numpy(self._logits[sel])
                 for name, value in compute_statistics(z, self._labels, names).items():
                     self._values[name][sel] = value.numpy()
         for name in names:
