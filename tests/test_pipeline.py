@@ -46,6 +46,23 @@ def test_run_writes_everything_and_reuses_cached_models(tmp_path, capsys):
     np.testing.assert_array_equal(again.outcome("loss").scores, result.outcome("loss").scores)
 
 
+def test_forgetting_copies_calibrate_as_their_own_outcomes(tmp_path):
+    cfg = _tiny_config(
+        tmp_path,
+        attacks=["loss", "calibrated-loss"],
+        forgetting={"models": 2, "epochs": 1},
+        signals={"queries": ["plain"]},
+    )
+    result, out = run(cfg, progress=False, echo=False)
+    names = [o.name for o in result.outcomes]
+    assert names == ["loss", "calibrated-loss", "calibrated-loss.forgetting"]
+    forgetting = result.outcome("calibrated-loss.forgetting")
+    assert forgetting.cost["models"] == 3  # the target and its two copies
+    assert result.meta["forgetting_models"] == 2
+    assert (out / "calibration.png").exists()
+    assert not np.array_equal(forgetting.scores, result.outcome("calibrated-loss").scores)
+
+
 def test_unknown_attack_fails_before_training(tmp_path):
     cfg = _tiny_config(tmp_path, attacks=["loss", "lira-ofline"])
     with pytest.raises(AttackError, match="unknown attack"):

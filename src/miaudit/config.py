@@ -40,6 +40,16 @@ class SignalsConfig:
 
 
 @dataclass
+class ForgettingConfig:
+    """Calibration via forgetting: copies of the target trained further on public data."""
+
+    models: int = 0  # how many copies (0: off)
+    epochs: int = 5
+    lr: float | None = None  # default: the target recipe's
+    batch_size: int | None = None  # default: the target recipe's
+
+
+@dataclass
 class MetricsConfig:
     fprs: list[float] = field(default_factory=lambda: [0.001, 0.01])
     bootstrap: int = 200
@@ -59,6 +69,7 @@ class RunConfig:
     recipe: dict[str, Any] = field(default_factory=dict)  # miaudit.train.Recipe fields
     reference_recipe: dict[str, Any] | None = None  # default: the target's recipe
     signals: SignalsConfig = field(default_factory=SignalsConfig)
+    forgetting: ForgettingConfig = field(default_factory=ForgettingConfig)
     attacks: list[str] = field(default_factory=lambda: list(DEFAULT_ATTACKS))
     attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
@@ -75,6 +86,7 @@ _NESTED = {
     "split": SplitConfig,
     "signals": SignalsConfig,
     "metrics": MetricsConfig,
+    "forgetting": ForgettingConfig,
 }
 
 
@@ -113,6 +125,10 @@ def _check_types(cfg: RunConfig) -> None:
     need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
          f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
     need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
+    need(isinstance(cfg.forgetting.models, int) and cfg.forgetting.models >= 0,
+         "forgetting.models must be an integer >= 0.")
+    need(isinstance(cfg.forgetting.epochs, int) and cfg.forgetting.epochs >= 1,
+         "forgetting.epochs must be an integer >= 1.")
     for name in cfg.attack_params:
         need(name in cfg.attacks, f"attack_params names '{name}', which is not in attacks.")
 

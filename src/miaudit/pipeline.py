@@ -24,10 +24,13 @@ from miaudit.errors import AttackError, ConfigError
 from miaudit.io import write_text
 from miaudit.protocol import Design, make_design, make_split
 from miaudit.report import format_table, write_report
+from miaudit.report.plots import calibration_figure
 from miaudit.results import AttackOutcome, AuditResult
 from miaudit.signals import SignalBank
 from miaudit.signals.query import per_sample_grad_norms, query_logits
-from miaudit.train import ModelCache, Recipe, TrainedModel
+from miaudit.train import ModelCache, Recipe, TrainedModel, key_for
+from miaudit.train.cache import forgetting_key
+from miaudit.train.forgetting import forget
 
 # Attacks that read only query 0 of the target (the rest average over all queries).
 _SINGLE_QUERY = {"correctness", "gradient-norm"}
@@ -57,6 +60,8 @@ class BuiltBank:
     queries: list[str]
     trained: int = 0
     reused: int = 0
+    forgetting: list[TrainedModel] = field(default_factory=list)
+    forgetting_bank: SignalBank | None = None  # the target + its forgetting copies
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -64,6 +69,71 @@ def _recipes(cfg: RunConfig) -> tuple[Recipe, Recipe]:
     target = Recipe.from_dict(cfg.recipe)
     reference = target if cfg.reference_recipe is None else Recipe.from_dict(cfg.reference_recipe)
     return target, reference
+
+
+def _train_design(
+    cfg: RunConfig, dataset: Dataset, design: Design, cache: ModelCache, device: str,
+    progress: bool,
+) -> list[TrainedModel]:
+    """Every model of the design, from the cache or trained (models sharing a recipe train
+    together, stacked where the trainer can)."""
+    target_recipe, reference_recipe = _recipes(cfg)
+    seeds = [cfg.seed * 10_000 + m for m in range(design.n_models)]
+    models: list[TrainedModel | None] = [None] * design.n_models
+    others = [m for m in range(design.n_models) if m != design.target]
+    if target_recipe == reference_recipe:  # one call: all models can train stacked together
+        plan = [(target_recipe, [design.target, *others])]
+    else:
+        plan = [(target_recipe, [design.target]), (reference_recipe, others)]
+    for recipe, members in plan:
+        if not members:
+            continue
+        trained = cache.get_or_train_many(
+            dataset.fingerprint(),
+            [(design.training_rows(m), seeds[m]) for m in members],
+            recipe,
+            device,
+            features=dataset.features,
+            labels=dataset.labels,
+            num_classes=dataset.num_classes,
+            progress=progress,
+        )
+        for m, model in zip(members, trained, strict=True):
+            models[m] = model
+    return [m for m in models if m is not None]
+
+
+def _forgetting_models(
+    cfg: RunConfig, dataset: Dataset, design: Design, target: TrainedModel, cache: ModelCache,
+    device: str,
+) -> list[TrainedModel]:
+    """Calibration-via-forgetting copies of the target, fine-tuned on the public pool."""
+    if cfg.forgetting.models == 0:
+        return []
+    if design.split.public.size == 0:
+        raise ConfigError("forgetting needs a public pool: give split.public some samples.")
+    changes = {"epochs": cfg.forgetting.epochs}
+    if cfg.forgetting.lr is not None:
+        changes["lr"] = cfg.forgetting.lr
+    if cfg.forgetting.batch_size is not None:
+        changes["batch_size"] = cfg.forgetting.batch_size
+    recipe = target.recipe.replace(**changes)
+    rows = np.sort(design.split.public)
+    target_key = key_for(dataset.fingerprint(), design.training_rows(design.target),
+                         target.recipe, target.seed, dataset.num_classes)
+    copies = []
+    for k in range(cfg.forgetting.models):
+        seed = cfg.seed * 10_000 + 5_000 + k
+        key = forgetting_key(target_key, dataset.fingerprint(), rows, recipe, seed)
+        copies.append(cache.get_or_make(
+            key,
+            lambda seed=seed: forget(target, recipe, dataset.features, dataset.labels, rows,
+                                     seed, device),
+            recipe=recipe, seed=seed, input_shape=target.input_shape,
+            num_classes=dataset.num_classes, device=device,
+            dataset_fingerprint=dataset.fingerprint(), indices=rows,
+        ))
+    return copies
 
 
 def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
@@ -74,51 +144,54 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
         len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed
     )
     design = make_design(split, cfg.models, cfg.design, cfg.seed, cfg.target)
-    target_recipe, reference_recipe = _recipes(cfg)
     cache = ModelCache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
-    models = []
-    for m in range(design.n_models):
-        recipe = target_recipe if m == design.target else reference_recipe
-        role = "target" if m == design.target else f"model {m}"
-        models.append(
-            cache.get_or_train(
-                dataset.fingerprint(),
-                design.training_rows(m),
-                recipe,
-                seed=cfg.seed * 10_000 + m,
-                device=device,
-                features=dataset.features,
-                labels=dataset.labels,
-                num_classes=dataset.num_classes,
-                progress=progress,
-                desc=f"training {role} ({m + 1}/{design.n_models})",
-            )
-        )
+    start = time.perf_counter()
+    models = _train_design(cfg, dataset, design, cache, device, progress)
+    copies = _forgetting_models(cfg, dataset, design, models[design.target], cache, device)
+    train_wall = time.perf_counter() - start
     rows = split.rows
     queries = cfg.signals.queries or (["plain", "mirror"] if dataset.kind == "image" else ["plain"])
     start = time.perf_counter()
+    everyone = models + copies
     logits = query_logits(
-        [tm.module for tm in models], dataset.features, rows, queries, dataset.kind, device,
+        [tm.module for tm in everyone], dataset.features, rows, queries, dataset.kind, device,
         cfg.signals.batch_size, progress,
     )
     channels = {}
     if cfg.signals.grad_norm:
         channels["grad_norm"] = np.stack(
             [per_sample_grad_norms(tm.module, dataset.features, dataset.labels, rows, device)
-             for tm in models]
+             for tm in everyone]
         )
+    n = design.n_models
     bank = SignalBank(
-        logits=logits,
+        logits=logits[:n],
         labels=dataset.labels[rows],
         membership=design.membership,
         population=design.population_mask(),
         audit=design.audit_mask(),
-        channels=channels,
+        channels={k: v[:n] for k, v in channels.items()},
     )
+    forgetting_bank = None
+    if copies:
+        # target first, then its copies: OUT for every audit sample, IN on the public pool
+        public = ~design.audit_mask() & ~design.population_mask()
+        forgetting_bank = SignalBank(
+            logits=np.concatenate([logits[[design.target]], logits[n:]]),
+            labels=bank.labels,
+            membership=np.vstack([design.membership[[design.target]],
+                                  np.repeat(public[None], len(copies), axis=0)]),
+            population=bank.population,
+            audit=bank.audit,
+            channels={k: np.concatenate([v[[design.target]], v[n:]])
+                      for k, v in channels.items()},
+        )
     return BuiltBank(
         bank=bank, design=design, dataset=dataset, models=models, queries=list(queries),
-        trained=cache.stats.misses, reused=cache.stats.hits,
-        info={"query_seconds": time.perf_counter() - start, "device": device},
+        trained=cache.stats.misses, reused=cache.stats.hits, forgetting=copies,
+        forgetting_bank=forgetting_bank,
+        info={"query_seconds": time.perf_counter() - start, "device": device,
+              "train_wall_seconds": train_wall},
     )
 
 
@@ -232,6 +305,23 @@ def run_dir_for(cfg: RunConfig) -> Path:
     return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
 
 
+def _forgetting_outcomes(cfg: RunConfig, built: BuiltBank) -> list[AttackOutcome]:
+    """The calibration attacks again, with the forgetting copies as their references;
+    reported as `<attack>.forgetting`."""
+    names = [a for a in cfg.attacks if get_attack(a).family == "calibration"]
+    if built.forgetting_bank is None or not names:
+        return []
+    seconds = [built.models[built.design.target].train_seconds]
+    seconds += [tm.train_seconds for tm in built.forgetting]
+    result = evaluate_bank(
+        built.forgetting_bank, 0, names, cfg.attack_params, cfg.metrics, cfg.seed,
+        train_seconds=seconds, skip_unsupported=True,
+    )
+    for outcome in result.outcomes:
+        outcome.name = f"{outcome.name}.forgetting"
+    return result.outcomes
+
+
 def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[AuditResult, Path]:
     """The whole audit; writes config.yaml, bank.npz and the report into the run directory."""
     for name in cfg.attacks:
@@ -247,6 +337,7 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
         built.bank, built.design.target, cfg.attacks, cfg.attack_params, cfg.metrics, cfg.seed,
         train_seconds=[tm.train_seconds for tm in built.models],
     )
+    result.outcomes += _forgetting_outcomes(cfg, built)
     result.meta.update({
         "run": cfg.name,
         "seed": cfg.seed,
@@ -255,15 +346,18 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
         "dataset_notes": built.dataset.notes,
         "design": cfg.design,
         "n_models": built.design.n_models,
+        "forgetting_models": len(built.forgetting),
         "queries": ", ".join(built.queries),
         "audit_samples": int(built.bank.audit.sum()),
         "models_trained": built.trained,
         "models_from_cache": built.reused,
+        "train_wall_seconds": round(built.info["train_wall_seconds"], 1),
         "device": built.info["device"],
         "seconds": round(time.perf_counter() - start, 1),
         "config": cfg.to_dict(),
     })
-    write_report(result, out)
+    figure = calibration_figure(result)
+    write_report(result, out, extra_figures={"calibration": figure} if figure else None)
     if echo:
         print(format_table(result))
         print(f"\nreport: {out / 'report.html'}")

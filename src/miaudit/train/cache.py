@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,15 +112,7 @@ class ModelCache:
         key = key_for(dataset_fingerprint, indices, recipe, seed, num_classes)
         n_classes = trainer.infer_num_classes(labels) if num_classes is None else num_classes
         input_shape = tuple(int(d) for d in features.shape[1:])
-        try:
-            model = self._load(key, recipe, seed, input_shape, int(n_classes), device)
-        except FileNotFoundError:
-            model = None
-        except CacheError as exc:
-            log.warning("cache entry %s is corrupt (%s); retraining", key, exc)
-            self.stats.corrupt += 1
-            self.meta_path(key).unlink(missing_ok=True)
-            model = None
+        model = self._try_load(key, recipe, seed, input_shape, int(n_classes), device)
         if model is not None:
             self.stats.hits += 1
             return model
@@ -138,6 +131,109 @@ class ModelCache:
         )
         self._store(key, model, dataset_fingerprint, indices)
         return model
+
+    def get_or_train_many(
+        self,
+        dataset_fingerprint: str,
+        jobs: Sequence[tuple[ArrayLike, int]],
+        recipe: Recipe,
+        device: str | torch.device = "cpu",
+        *,
+        features: ArrayLike,
+        labels: ArrayLike,
+        num_classes: int | None = None,
+        progress: bool = True,
+        num_threads: int | None = None,
+        workers: int | None = None,
+        max_stack: int = trainer.MAX_STACK,
+    ) -> list[TrainedModel]:
+        """The cached model of each ``(indices, seed)`` job, training all misses together.
+
+        Hits are loaded; the misses are trained in one ``trainer.train_models`` call (stacked,
+        and fanned out over processes on CPU; ``num_threads``, ``workers`` and ``max_stack``
+        go to it) and each is stored as it would be by :meth:`get_or_train`, under the same
+        key, so either entry point finds the other's models. Jobs with the same key (same
+        rows and seed) train once and share one model. Models come back in job order.
+        """
+        n_classes = trainer.infer_num_classes(labels) if num_classes is None else num_classes
+        input_shape = tuple(int(d) for d in features.shape[1:])
+        keys = [key_for(dataset_fingerprint, idx, recipe, seed, num_classes) for idx, seed in jobs]
+        found: dict[str, TrainedModel] = {}
+        missing: dict[str, tuple[ArrayLike, int]] = {}
+        for key, (indices, seed) in zip(keys, jobs, strict=True):
+            if key in found or key in missing:
+                continue
+            model = self._try_load(key, recipe, seed, input_shape, int(n_classes), device)
+            if model is None:
+                missing[key] = (indices, int(seed))
+            else:
+                self.stats.hits += 1
+                found[key] = model
+        if missing:
+            self.stats.misses += len(missing)
+            todo = list(missing.items())
+            trained = trainer.train_models(
+                recipe,
+                features,
+                labels,
+                [indices for _, (indices, _) in todo],
+                [seed for _, (_, seed) in todo],
+                device,
+                num_classes=n_classes,
+                progress=progress,
+                num_threads=num_threads,
+                workers=workers,
+                max_stack=max_stack,
+            )
+            for (key, (indices, _)), model in zip(todo, trained, strict=True):
+                model.module.to(device)
+                self._store(key, model, dataset_fingerprint, indices)
+                found[key] = model
+        return [found[key] for key in keys]
+
+    def get_or_make(
+        self,
+        key: str,
+        make: Callable[[], TrainedModel],
+        *,
+        recipe: Recipe,
+        seed: int,
+        input_shape: tuple[int, ...],
+        num_classes: int,
+        device: str | torch.device,
+        dataset_fingerprint: str,
+        indices: ArrayLike,
+    ) -> TrainedModel:
+        """The model stored under `key`, else `make()` stored under it: for models that are
+        not trained from scratch (e.g. forgetting copies), keyed by the caller."""
+        model = self._try_load(key, recipe, seed, input_shape, num_classes, device)
+        if model is not None:
+            self.stats.hits += 1
+            return model
+        self.stats.misses += 1
+        model = make()
+        self._store(key, model, dataset_fingerprint, indices)
+        return model
+
+    def _try_load(
+        self,
+        key: str,
+        recipe: Recipe,
+        seed: int,
+        input_shape: tuple[int, ...],
+        num_classes: int,
+        device: str | torch.device,
+    ) -> TrainedModel | None:
+        """The stored model of ``key``, or None on a miss (a corrupt entry is dropped)."""
+        try:
+            return self._load(key, recipe, seed, input_shape, num_classes, device)
+        except FileNotFoundError:
+            return None
+        except CacheError as exc:
+            log.warning("cache entry %s is corrupt (%s); retraining", key, exc)
+            self.stats.corrupt += 1
+            self.meta_path(key).unlink(missing_ok=True)
+            return None
 
     def _read_verified(self, key: str) -> tuple[dict[str, Any], bytes]:
         """Metadata and weight bytes of ``key``; FileNotFoundError if absent (no json),
@@ -222,3 +318,11 @@ class ModelCache:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         write_json(self.meta_path(key), meta)
+
+
+def forgetting_key(
+    target_key: str, dataset_fingerprint: str, indices: ArrayLike, recipe: Recipe, seed: int
+) -> str:
+    """Cache key of a forgetting copy: the target's key plus how the copy was fine-tuned."""
+    inner = key_for(dataset_fingerprint, indices, recipe, seed)
+    return hashlib.sha256(f"forgetting|{target_key}|{inner}".encode()).hexdigest()

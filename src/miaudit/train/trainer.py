@@ -8,10 +8,12 @@ slices batches by index. The only host-device syncs are one per epoch (the mean 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +27,7 @@ from miaudit.models import build_model
 from miaudit.train.recipe import Recipe
 
 ArrayLike = np.ndarray | torch.Tensor
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -133,7 +136,8 @@ def infer_num_classes(labels: ArrayLike) -> int:
     return int(labels.max()) + 1
 
 
-def _check_indices(indices: ArrayLike, n: int) -> np.ndarray:
+def check_indices(indices: ArrayLike, n: int) -> np.ndarray:
+    """``indices`` as sorted int64 numpy rows, checked to be a non-empty 1-D subset of [0, n)."""
     idx = np.asarray(indices.cpu() if isinstance(indices, torch.Tensor) else indices)
     if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
         raise ConfigError(
@@ -149,9 +153,10 @@ def _check_indices(indices: ArrayLike, n: int) -> np.ndarray:
     return np.sort(idx.astype(np.int64, copy=False))
 
 
-def _gather(
+def gather_rows(
     array: ArrayLike, idx: np.ndarray, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
+    """Rows ``idx`` of ``array`` as a ``dtype`` tensor on ``device``."""
     if isinstance(array, torch.Tensor):
         rows = torch.as_tensor(idx, device=array.device)
         return array.index_select(0, rows).to(device=device, dtype=dtype)
@@ -211,12 +216,12 @@ def train_model(
     device = torch.device(device)
     if len(features) != len(labels):
         raise ConfigError(f"features has {len(features)} rows but labels has {len(labels)}.")
-    idx = _check_indices(indices, len(features))
+    idx = check_indices(indices, len(features))
     n_classes = infer_num_classes(labels) if num_classes is None else int(num_classes)
     init_seed, shuffle_seed = derive_seeds(seed)
 
-    x = _gather(features, idx, device, torch.float32)
-    y = _gather(labels, idx, device, torch.int64)
+    x = gather_rows(features, idx, device, torch.float32)
+    y = gather_rows(labels, idx, device, torch.int64)
     if int(y.min()) < 0 or int(y.max()) >= n_classes:
         raise ConfigError(
             f"training labels must lie in [0, {n_classes}) (num_classes), got range "
@@ -270,6 +275,25 @@ def train_model(
     )
 
 
+# Thread and process use on CPU, measured on this project's 2-core AMD EPYC (AVX2, torch 2.13 +
+# MKL) while other jobs shared it (load average 1.5-4); the issue-7 MLP 40 -> 128 tanh -> 100,
+# batch 256; samples/s per CPU-second on one core unless noted (bench/README.md, "Training
+# speed (issue 7)", has the commands and runs):
+#   train_model (autograd, one model), 1 thread     150-250k (the machine's load moves it)
+#   stacked (written-out backward), 1 thread        K=1 220-265k, K=2 ~275k, K=4 ~305k,
+#                                                   K=5-12 295-335k, K=16-24 ~310k
+#   2 intra-op threads, stacked K=10 (wall)         533k with a free second core (1 thread:
+#                                                   299k), but 33k (20-107k) beside two busy
+#                                                   processes (1 thread: 171k): spinning OpenMP
+#                                                   threads wait for a core another job holds
+#                                                   (one model there: 3k, vs 91k on 1 thread)
+#   2 worker processes, 1 thread each, K=5 each     573-589k at load 1.6-1.9, 273-335k at
+#                                                   load 2.7-3.6: they share, never collapse
+# So on CPU: 1 intra-op thread per process, up to MAX_STACK models per stacked group, and one
+# worker process per core once the work outweighs starting them (see parallel.py).
+MAX_STACK = 10
+
+
 def train_models(
     recipe: Recipe,
     features: ArrayLike,
@@ -281,29 +305,58 @@ def train_models(
     progress: bool = True,
     *,
     num_threads: int | None = None,
+    workers: int | None = None,
+    max_stack: int = MAX_STACK,
 ) -> list[TrainedModel]:
-    """Train one model per (index set, seed) pair; the data moves to ``device`` once."""
+    """Train one model per (index set, seed) pair: the same models as ``train_model`` calls.
+
+    Jobs with training sets of equal size are trained stacked, up to ``max_stack`` at a time,
+    when the architecture allows it (``mlp``; see :mod:`miaudit.train.stacked`); the rest one
+    by one. On CPU the groups fan out over ``workers`` processes (``None``: one per usable
+    core when there are at least ``MIN_SAMPLES_FOR_WORKERS`` training samples in all, else
+    1 = this process), each with ``num_threads`` intra-op threads (``None``: 1 on CPU, which
+    measures fastest, see ``MAX_STACK``; unchanged on a GPU). ``max_stack=1`` trains one model
+    at a time (still with the stacked path's written-out backward where it applies).
+    """
+    from miaudit.train import parallel, stacked  # both import this module
+
     if len(index_sets) != len(seeds):
         raise ConfigError(f"got {len(index_sets)} index sets but {len(seeds)} seeds; pair them.")
+    device = torch.device(device)
+    on_cpu = device.type == "cpu"
     x = as_device_tensor(features, device, torch.float32)
     y = as_device_tensor(labels, device, torch.int64)
     n_classes = infer_num_classes(y) if num_classes is None else int(num_classes)
-    total = len(seeds)
-    return [
-        train_model(
-            recipe,
-            x,
-            y,
-            idx,
-            seed,
-            device,
-            n_classes,
-            progress,
-            desc=f"model {i + 1}/{total}",
-            num_threads=num_threads,
-        )
-        for i, (idx, seed) in enumerate(zip(index_sets, seeds, strict=True))
-    ]
+    sizes = [len(check_indices(i, len(x))) for i in index_sets]
+    threads = (1 if on_cpu else None) if num_threads is None else int(num_threads)
+    if workers is None:
+        big = sum(sizes) * recipe.epochs >= parallel.MIN_SAMPLES_FOR_WORKERS
+        workers = min(parallel.usable_cpus(), len(seeds)) if on_cpu and big else 1
+    if int(workers) < 1:
+        raise ConfigError(f"workers must be >= 1 or None, got {workers}.")
+    workers = int(workers) if on_cpu else 1
+    groups = stacked.plan_groups(sizes, stacked.can_stack(recipe), max_stack, workers)
+    bar = tqdm(
+        total=len(seeds),
+        desc="training models",
+        unit="model",
+        leave=False,
+        disable=not _progress_enabled(progress) or len(seeds) < 2,
+    )
+    with bar:
+        if workers > 1 and len(groups) > 1:
+            try:
+                return parallel.train_groups_in_workers(
+                    recipe, x, y, index_sets, seeds, groups, n_classes,
+                    min(workers, len(groups)), threads or 1, on_done=bar.update,
+                )  # fmt: skip
+            except BrokenProcessPool as exc:
+                log.warning("worker processes failed (%s); training in this process", exc)
+                bar.reset()
+        return stacked.train_groups(
+            recipe, x, y, index_sets, seeds, groups, device, n_classes,
+            progress=progress and len(seeds) < 2, num_threads=threads, on_done=bar.update,
+        )  # fmt: skip
 
 
 def predict_logits(

@@ -1,0 +1,146 @@
+"""Fan training out over worker processes, each with one intra-op thread.
+
+A small model cannot keep two cores busy from one process: its matrices are too small for
+intra-op threads to pay, and on a shared machine spinning OpenMP threads collapse (see the
+numbers in :mod:`miaudit.train.trainer`). Separate processes, each training its own stacked
+group with one thread, use every core. Workers are started with ``spawn`` (never ``fork``: a
+forked child of a process that has used OpenMP can deadlock), receive the data once, and send
+back state dicts as numpy arrays; the parent rebuilds ordinary modules from them, so the
+models are exactly those an in-process run would train.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from miaudit.models import build_model
+from miaudit.train.recipe import Recipe
+from miaudit.train.stacked import train_groups
+from miaudit.train.trainer import TrainedModel, isolated_rng
+
+# Spawning a worker costs about 2-4 s (importing torch), so fan out only when the work is
+# worth it: with ~200k samples/s per core, 5M samples take ~25 s on one core and ~13 s + start
+# on two.
+MIN_SAMPLES_FOR_WORKERS = 5_000_000
+
+_DATA: dict[str, Any] = {}  # each worker's copy of the features and labels
+
+
+def usable_cpus() -> int:
+    """Cores this process may run on (its affinity mask where the OS reports one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _init_worker(features: np.ndarray, labels: np.ndarray, num_threads: int) -> None:
+    torch.set_num_threads(num_threads)
+    _DATA["x"] = torch.from_numpy(features)
+    _DATA["y"] = torch.from_numpy(labels)
+
+
+def _train_group(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Train one group in a worker; the models as plain data (numpy state dicts)."""
+    recipe = Recipe.from_dict(task["recipe"])
+    models = train_groups(
+        recipe,
+        _DATA["x"],
+        _DATA["y"],
+        task["index_sets"],
+        task["seeds"],
+        [list(range(len(task["seeds"])))],
+        "cpu",
+        task["num_classes"],
+        num_threads=None,  # set once by the initializer
+    )
+    return [_to_plain(m) for m in models]
+
+
+def _to_plain(model: TrainedModel) -> dict[str, Any]:
+    return {
+        "state": {k: v.detach().cpu().numpy() for k, v in model.module.state_dict().items()},
+        "seed": model.seed,
+        "train_seconds": model.train_seconds,
+        "samples_per_second": model.samples_per_second,
+        "n_train": model.n_train,
+        "num_classes": model.num_classes,
+        "input_shape": model.input_shape,
+        "losses": model.losses,
+    }
+
+
+def _from_plain(plain: dict[str, Any], recipe: Recipe, device: torch.device) -> TrainedModel:
+    with isolated_rng(torch.device("cpu"), 0):  # leave the caller's RNG alone
+        module = build_model(
+            recipe.architecture, plain["input_shape"], plain["num_classes"], **recipe.arch_params
+        )
+    module.load_state_dict({k: torch.from_numpy(v) for k, v in plain["state"].items()})
+    return TrainedModel(
+        module=module.to(device).eval(),
+        recipe=recipe,
+        seed=plain["seed"],
+        train_seconds=plain["train_seconds"],
+        samples_per_second=plain["samples_per_second"],
+        n_train=plain["n_train"],
+        num_classes=plain["num_classes"],
+        input_shape=tuple(plain["input_shape"]),
+        losses=list(plain["losses"]),
+    )
+
+
+def train_groups_in_workers(
+    recipe: Recipe,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    index_sets: Sequence[np.ndarray],
+    seeds: Sequence[int],
+    groups: Sequence[Sequence[int]],
+    num_classes: int,
+    workers: int,
+    num_threads: int = 1,
+    on_done: Callable[[int], None] | None = None,
+) -> list[TrainedModel]:
+    """Train each group of jobs (indices into ``index_sets``/``seeds``) in a pool of
+    ``workers`` spawned processes; models in job order, on the CPU.
+
+    Raises ``concurrent.futures.process.BrokenProcessPool`` if the workers cannot start
+    (e.g. a ``__main__`` script without an ``if __name__ == "__main__":`` guard).
+    """
+    x = np.ascontiguousarray(features.detach().cpu().numpy())
+    y = np.ascontiguousarray(labels.detach().cpu().numpy())
+    results: list[TrainedModel | None] = [None] * len(seeds)
+    context = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(x, y, num_threads),
+    ) as pool:
+        futures = {
+            pool.submit(
+                _train_group,
+                {
+                    "recipe": recipe.to_dict(),
+                    "index_sets": [np.asarray(index_sets[j]) for j in group],
+                    "seeds": [int(seeds[j]) for j in group],
+                    "num_classes": num_classes,
+                },
+            ): group
+            for group in groups
+        }
+        for future in cf.as_completed(futures):
+            group = futures[future]
+            for j, plain in zip(group, future.result(), strict=True):
+                results[j] = _from_plain(plain, recipe, torch.device("cpu"))
+            if on_done is not None:
+                on_done(len(group))
+    assert all(m is not None for m in results)
+    return results  # type: ignore[return-value]
