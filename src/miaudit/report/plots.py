@@ -196,7 +196,8 @@ def calibration_figure(
         scores = np.asarray(result.outcome(name).scores, dtype=np.float64)
         _hist_panel(ax, name, scores, members)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.suptitle("Difficulty calibration separates members from non-members", fontsize=10)
+    fig.suptitle(f"{before} before and after difficulty calibration (Watson et al., fig. 1)",
+                 fontsize=10)
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=9)
     return fig
