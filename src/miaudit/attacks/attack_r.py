@@ -67,4 +67,10 @@ def attack_r(view: TargetView) -> np.ndarray:
     """Attack-R (Ye et al. 2022) as a score: thresholding it at 1 - alpha is level alpha."""
     target = query_mean(view.target_stat("loss"))
     refs = query_mean(view.reference_stat("loss"))
-    return interpolated_survival(target, refs, view.out_mask())
+    out = view.out_mask()
+    scores = np.empty(view.n_samples)
+    block = 16_384  # bounds the [block, R] sort buffers (~100 MiB at once otherwise)
+    for lo in range(0, view.n_samples, block):
+        hi = lo + block
+        scores[lo:hi] = interpolated_survival(target[lo:hi], refs[:, lo:hi], out[:, lo:hi])
+    return scores

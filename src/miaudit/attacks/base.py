@@ -238,8 +238,9 @@ def mean_over_out(values: np.ndarray, out: np.ndarray) -> np.ndarray:
 
     NaN where a sample has no OUT reference (the caller's score becomes unscorable).
     """
-    weights = out.astype(np.float64).reshape(out.shape + (1,) * (values.ndim - 2))
-    count = weights.sum(axis=0)
-    total = (values * weights).sum(axis=0)
+    weights = out.astype(np.float64)
+    count = weights.sum(axis=0).reshape((-1,) + (1,) * (values.ndim - 2))
+    # einsum contracts over references without materialising values * weights ([R, N, ...]).
+    total = np.einsum("rn...,rn->n...", values, weights, optimize=False)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)

@@ -20,8 +20,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-# Bytes of float64 work memory per chunk of models; bounds the extra memory while computing.
-_CHUNK_BYTES = 64 * 2**20
+# Bytes of one float64 [samples, Q, C] block: 8 MiB measured fastest here (16 models of 100k
+# samples: 0.37 s; 1 MiB blocks: 0.74 s; whole models, 16 MiB: 0.38 s).
+_BLOCK_BYTES = 8 * 2**20
 
 STATISTICS = (
     "loss",  # cross-entropy of the true class, >= 0
@@ -129,13 +130,16 @@ class StatisticCache:
             if name not in self._values:
                 self._values[name] = np.empty((m_total, n, q), dtype=np.float64)
                 self._done.setdefault(name, np.zeros(m_total, dtype=bool))
-        per_model = max(1, n * q * c * 8 * 6)  # about six float64 temporaries per model
-        chunk = max(1, _CHUNK_BYTES // per_model)
+        # One model and a block of samples at a time bounds the float64 temporaries.
+        block = max(1, _BLOCK_BYTES // (q * c * 8))
         with torch.no_grad():
-            for start in range(0, rows.size, chunk):
-                sel = rows[start : start + chunk]
-                z = torch.from_numpy(self._logits[sel])
-                for name, value in compute_statistics(z, self._labels, names).items():
-                    self._values[name][sel] = value.numpy()
+            for m in rows:
+                logits = self._logits[m]
+                for lo in range(0, n, block):
+                    hi = min(n, lo + block)
+                    z = torch.from_numpy(logits[lo:hi]).unsqueeze(0)
+                    values = compute_statistics(z, self._labels[lo:hi], names)
+                    for name, value in values.items():
+                        self._values[name][m, lo:hi] = value[0].numpy()
         for name in names:
             self._done[name][rows] = True
