@@ -9,6 +9,7 @@ seed K, so every model sees exactly the same augmented input).
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -83,7 +84,8 @@ def query_logits(
     """Logits float32 [M, len(rows), Q, C] of every model on every row under every query."""
     fns = [make_query(q, len(features), kind) for q in queries]
     out: np.ndarray | None = None
-    bar = tqdm(total=len(modules), desc="querying models", disable=not progress, leave=False)
+    show = progress and sys.stderr.isatty()  # no bar in logs and CI
+    bar = tqdm(total=len(modules), desc="querying models", disable=not show, leave=False)
     for m, module in enumerate(modules):
         module.eval().to(device)
         with torch.no_grad():
