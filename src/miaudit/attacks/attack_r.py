@@ -66,7 +66,7 @@ def interpolated_survival(value: np.ndarray, refs: np.ndarray, mask: np.ndarray)
 def attack_r(view: TargetView) -> np.ndarray:
     """Attack-R (Ye et al. 2022) as a score: thresholding it at 1 - alpha is level alpha."""
     target = query_mean(view.target_stat("loss"))
-    refs = query_mean(view.reference_stat("loss"))
+    refs = view.reference_query_mean("loss")
     out = view.out_mask()
     scores = np.empty(view.n_samples)
     block = 16_384  # bounds the [block, R] sort buffers (~100 MiB at once otherwise)

@@ -70,6 +70,14 @@ class TargetView:
         """Statistic `name` for every reference, float64 [R, N, Q]."""
         return self._statistics.get(name, self.reference_ids)
 
+    def target_query_mean(self, name: str) -> np.ndarray:
+        """Statistic `name` of the target averaged over queries, float64 [N]."""
+        return self._statistics.query_mean(name, [self.target])[0]
+
+    def reference_query_mean(self, name: str) -> np.ndarray:
+        """Statistic `name` of every reference averaged over queries, float64 [R, N]."""
+        return self._statistics.query_mean(name, self.reference_ids)
+
     def target_logits(self) -> np.ndarray:
         """Target logits, float32 [N, Q, C]."""
         return self._logits[self.target]

@@ -37,7 +37,7 @@ def calibrate(target: np.ndarray, references: np.ndarray, out: np.ndarray) -> np
 def calibrated_loss(view: TargetView) -> np.ndarray:
     """Watson et al. eq. 4 on Yeom's loss score `-mean_q l`."""
     target = -query_mean(view.target_stat("loss"))
-    references = -query_mean(view.reference_stat("loss"))
+    references = -view.reference_query_mean("loss")
     return calibrate(target, references, view.out_mask())
 
 
@@ -50,7 +50,7 @@ def calibrated_loss(view: TargetView) -> np.ndarray:
 def calibrated_confidence(view: TargetView) -> np.ndarray:
     """Watson et al. on the confidence score `mean_q max_c log p` (their eq. 3)."""
     target = query_mean(view.target_stat("log_confidence"))
-    references = query_mean(view.reference_stat("log_confidence"))
+    references = view.reference_query_mean("log_confidence")
     return calibrate(target, references, view.out_mask())
 
 

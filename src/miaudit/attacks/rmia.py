@@ -29,7 +29,6 @@ from __future__ import annotations
 import numpy as np
 
 from miaudit.attacks.base import Needs, TargetView, mean_over_out, register_attack
-from miaudit.attacks.calibration import query_mean
 from miaudit.errors import AttackError
 
 _TINY = np.finfo(np.float64).tiny  # keeps a zero Pr(x) (only possible with a = 1) finite
@@ -53,7 +52,7 @@ def dominance(ratio_x: np.ndarray, ratio_z: np.ndarray, gamma: float) -> np.ndar
 
 def _probabilities(view: TargetView) -> tuple[np.ndarray, np.ndarray]:
     """Pr(x|theta) for the target [N] and the references [R, N], mean over queries."""
-    return query_mean(view.target_stat("prob_true")), query_mean(view.reference_stat("prob_true"))
+    return view.target_query_mean("prob_true"), view.reference_query_mean("prob_true")
 
 
 def _ratio(p_target: np.ndarray, p_x: np.ndarray) -> np.ndarray:

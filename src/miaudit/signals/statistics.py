@@ -124,6 +124,27 @@ class StatisticCache:
         view.flags.writeable = False  # shared by every attack: nobody may modify it
         return view
 
+    def query_mean(self, name: str, models: np.ndarray | list[int]) -> np.ndarray:
+        """Mean over queries of statistic `name`, float64 [len(models), N], one model at a
+        time: no [models, N, Q] temporary (nor copy) is made."""
+        base = "loss" if name == "prob_true" else name
+        rows = np.asarray(models, dtype=np.int64)
+        self.get(base, rows[:1])  # validates the name
+        todo = rows[~self._done[base][rows]]
+        if todo.size:
+            self.get(base, todo)
+        stored = self._values[base]
+        q = stored.shape[2]
+        out = np.empty((rows.size, stored.shape[1]))
+        for i, m in enumerate(rows):
+            values = np.exp(-stored[m]) if name == "prob_true" else stored[m]
+            row = out[i]
+            np.copyto(row, values[:, 0])
+            for j in range(1, q):  # a running sum beats .mean(-1) on a short innermost axis
+                row += values[:, j]
+            row /= q
+        return out
+
     def _compute(self, names: tuple[str, ...], rows: np.ndarray) -> None:
         m_total, n, q, c = self._logits.shape
         for name in names:
