@@ -63,6 +63,24 @@ def test_forgetting_copies_calibrate_as_their_own_outcomes(tmp_path):
     assert not np.array_equal(forgetting.scores, result.outcome("calibrated-loss").scores)
 
 
+def test_defended_outputs_and_label_only_channel(tmp_path):
+    cfg = _tiny_config(
+        tmp_path,
+        attacks=["correctness", "augmentation-consistency", "boundary-distance",
+                 "calibrated-boundary-distance"],
+        signals={"queries": ["plain", "mirror"], "defence": "label-only",
+                 "boundary_distance": True},
+    )
+    result, out = run(cfg, progress=False, echo=False)
+    from miaudit.signals import SignalBank
+
+    bank = SignalBank.load(out / "bank.npz")
+    probs = np.exp(bank.logits) / np.exp(bank.logits).sum(-1, keepdims=True)
+    assert np.allclose(probs.max(-1), 1.0, atol=1e-6)  # only the label was released
+    assert bank.channels["boundary_distance"].shape == (3, bank.n_samples)
+    assert result.outcome("boundary-distance").cost["queries_per_sample"] == 1
+
+
 def test_unknown_attack_fails_before_training(tmp_path):
     cfg = _tiny_config(tmp_path, attacks=["loss", "lira-ofline"])
     with pytest.raises(AttackError, match="unknown attack"):

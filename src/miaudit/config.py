@@ -36,6 +36,8 @@ class SplitConfig:
 class SignalsConfig:
     queries: list[str] | None = None  # default: [plain, mirror] for images, [plain] otherwise
     grad_norm: bool = False
+    boundary_distance: bool = False  # label-only HopSkipJump distance channel (slow)
+    defence: str | dict[str, Any] | None = None  # output defence applied to every query
     batch_size: int = 1024
 
 

@@ -27,13 +27,18 @@ from miaudit.report import format_table, write_report
 from miaudit.report.plots import calibration_figure
 from miaudit.results import AttackOutcome, AuditResult
 from miaudit.signals import SignalBank
+from miaudit.signals.boundary import boundary_distances
+from miaudit.signals.defences import apply_defence
 from miaudit.signals.query import per_sample_grad_norms, query_logits
 from miaudit.train import ModelCache, Recipe, TrainedModel, key_for
 from miaudit.train.cache import forgetting_key
 from miaudit.train.forgetting import forget
 
 # Attacks that read only query 0 of the target (the rest average over all queries).
-_SINGLE_QUERY = {"correctness", "gradient-norm"}
+_SINGLE_QUERY = {
+    "correctness", "gradient-norm", "calibrated-gradient-norm", "boundary-distance",
+    "calibrated-boundary-distance",
+}
 
 
 def resolve_device(name: str) -> str:
@@ -157,7 +162,15 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
         [tm.module for tm in everyone], dataset.features, rows, queries, dataset.kind, device,
         cfg.signals.batch_size, progress,
     )
+    # The attacker sees the defended outputs; white-box channels come from the model itself.
+    logits = apply_defence(logits, cfg.signals.defence)
     channels = {}
+    if cfg.signals.boundary_distance:
+        channels["boundary_distance"] = np.stack(
+            [boundary_distances(tm.module, dataset.features, dataset.labels, rows,
+                                seed=cfg.seed, device=device)
+             for tm in everyone]
+        )
     if cfg.signals.grad_norm:
         channels["grad_norm"] = np.stack(
             [per_sample_grad_norms(tm.module, dataset.features, dataset.labels, rows, device)

@@ -7,6 +7,7 @@ from miaudit.attacks import (  # noqa: F401  (importing a module registers its a
     attack_r,
     calibration,
     hybrid,
+    label_only,
     lira,
     rapid,
     rmia,
