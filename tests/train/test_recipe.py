@@ -41,6 +41,8 @@ def test_key_ignores_spelling_of_equal_values():
         {"schedule": "constant"},
         {"epochs": 21},
         {"batch_size": 64},
+        {"augment": ["mirror"]},
+        {"dp": {"epsilon": 8.0}},
     ],
 )
 def test_key_changes_with_every_field(change):
@@ -49,7 +51,7 @@ def test_key_changes_with_every_field(change):
 
 def test_every_field_is_covered_by_the_sensitivity_test():
     names = {f.name for f in dataclasses.fields(Recipe)}
-    assert len(names) == 10, "new field: add it to test_key_changes_with_every_field"
+    assert len(names) == 12, "new field: add it to test_key_changes_with_every_field"
 
 
 def test_round_trip_and_frozen():

@@ -290,6 +290,7 @@ class ModelCache:
             input_shape=input_shape,
             losses=[float(v) for v in meta.get("losses", [])],
             from_cache=True,
+            privacy=meta.get("privacy"),  # DP-SGD models only
         )
 
     def _store(
@@ -313,6 +314,7 @@ class ModelCache:
             "train_seconds": model.train_seconds,
             "samples_per_second": model.samples_per_second,
             "losses": model.losses,
+            "privacy": model.privacy,
             "weights_sha256": digest,
             "miaudit_version": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -19,6 +19,7 @@ from typing import Any
 
 from miaudit.errors import ConfigError
 from miaudit.models import check_model_params
+from miaudit.train.augment import normalize_augmentation
 
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("cosine", "constant")
@@ -100,6 +101,10 @@ class Recipe:
     schedule: str = "cosine"  # "cosine" (per step, to 0 at the end) | "constant"
     epochs: int = 20
     batch_size: int = 128
+    # DP-SGD (Opacus) settings, or None for ordinary training; see DP_DEFAULTS / check_dp.
+    dp: Mapping[str, Any] | None = None
+    # Batch augmentation steps, e.g. ("crop", "mirror"); see miaudit.train.augment. Image data only.
+    augment: tuple = ()
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -115,6 +120,16 @@ class Recipe:
             raise ConfigError(f"epochs must be >= 0, got {self.epochs}.")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
+        if self.dp is not None:
+            object.__setattr__(self, "dp", check_dp(self.dp))
+            if self.epochs < 1:
+                raise ConfigError("a DP recipe needs epochs >= 1 (the accountant counts steps).")
+        # Checked (ConfigError naming the valid steps) and spelled out with defaults, so
+        # ["crop"] and [{"name": "crop", "padding": 4}] share one key.
+        steps = normalize_augmentation(self.augment)
+        object.__setattr__(self, "augment", _freeze(steps, "augment"))
+        if self.dp is not None and self.augment:
+            raise ConfigError("augment is not supported with dp (DP-SGD) yet; drop one of them.")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict of every field."""
@@ -138,12 +153,52 @@ class Recipe:
         return dataclasses.replace(self, **changes)
 
     def canonical_json(self) -> str:
-        """Sorted, compact JSON of every field: the input of :meth:`key`."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        """Sorted, compact JSON of every field: the input of :meth:`key`.
+
+        Optional fields that are ``None`` (e.g. ``dp``) or an empty ``augment`` are left out, so
+        adding such a field keeps the keys (and cache entries) of recipes that do not use it.
+        """
+        data = {
+            k: v
+            for k, v in self.to_dict().items()
+            if v is not None and not (k == "augment" and not v)
+        }
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
     def key(self) -> str:
         """Stable sha256 hex digest of :meth:`canonical_json`."""
         return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
+
+
+DP_ACCOUNTANTS = ("prv", "rdp")
+# Filled in for missing keys, so {"epsilon": 8} and its spelled-out form share one key.
+DP_DEFAULTS: dict[str, Any] = {"delta": 1e-5, "max_grad_norm": 1.0, "accountant": "prv"}
+DP_KEYS = ("epsilon", *DP_DEFAULTS)
+
+
+def check_dp(dp: Any) -> FrozenParams:
+    """Validated DP-SGD settings with defaults filled in: ``epsilon`` (the target, > 0,
+    required), ``delta`` (0 < delta < 1), ``max_grad_norm`` (per-sample clipping norm, > 0)
+    and ``accountant`` (``"prv"`` or ``"rdp"``, Opacus's accountants)."""
+    if not isinstance(dp, Mapping):
+        raise ConfigError(f"dp must be a mapping like {{'epsilon': 8.0}} or None, got {dp!r}.")
+    unknown = [k for k in dp if k not in DP_KEYS]
+    if unknown:
+        raise ConfigError(f"unknown dp key(s) {unknown}; valid keys: {', '.join(DP_KEYS)}.")
+    if "epsilon" not in dp:
+        raise ConfigError("dp needs a target 'epsilon' (> 0).")
+    out = {**DP_DEFAULTS, **dp}
+    for name in ("epsilon", "delta", "max_grad_norm"):
+        value = out[name]
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ConfigError(f"dp {name!r} must be a number, got {value!r}.")
+        out[name] = float(value)
+        if not math.isfinite(out[name]) or out[name] <= 0:
+            raise ConfigError(f"dp {name!r} must be finite and > 0, got {value!r}.")
+    if out["delta"] >= 1:
+        raise ConfigError(f"dp 'delta' must lie in (0, 1), got {out['delta']}.")
+    _choice("dp accountant", out["accountant"], DP_ACCOUNTANTS)
+    return FrozenParams(out)
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -60,9 +60,12 @@ ACTIVATIONS: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., torch.Te
 
 
 def can_stack(recipe: Recipe) -> bool:
-    """True if models of ``recipe`` can be trained stacked (see :data:`STACKABLE`)."""
+    """True if models of ``recipe`` can be trained stacked (see :data:`STACKABLE`); never for
+    DP-SGD recipes, which train one by one through Opacus (:mod:`miaudit.train.dp`)."""
     return (
-        recipe.architecture in STACKABLE
+        recipe.dp is None
+        and not recipe.augment  # augmentation runs in train_model's loop only
+        and recipe.architecture in STACKABLE
         and recipe.arch_params.get("activation", "relu") in ACTIVATIONS
     )
 

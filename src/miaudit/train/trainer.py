@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
+from miaudit.train.augment import Augmentation, augment_seed, build_augmentation
 from miaudit.train.recipe import Recipe
 
 ArrayLike = np.ndarray | torch.Tensor
@@ -44,6 +45,8 @@ class TrainedModel:
     input_shape: tuple[int, ...] = ()
     losses: list[float] = field(default_factory=list)  # mean training loss of each epoch
     from_cache: bool = False
+    # DP-SGD models only: epsilon_spent, delta, noise_multiplier, max_grad_norm, ... (dp.py)
+    privacy: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -172,8 +175,14 @@ def _train_epoch(
     order: torch.Tensor,
     step: int,
     total_steps: int,
+    augment: Augmentation | None = None,
+    aug_generator: torch.Generator | None = None,
 ) -> tuple[float, float]:
-    """One pass over ``order``; returns the mean loss and the last step's learning rate."""
+    """One pass over ``order``; returns the mean loss and the last step's learning rate.
+
+    ``augment`` (optional) transforms each batch before the forward pass, drawing from
+    ``aug_generator``.
+    """
     total = torch.zeros((), device=x.device)
     lr = recipe.lr
     for lo in range(0, len(order), recipe.batch_size):
@@ -181,7 +190,10 @@ def _train_epoch(
         lr = lr_at(recipe, step, total_steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        loss = F.cross_entropy(module(x.index_select(0, batch)), y.index_select(0, batch))
+        xb = x.index_select(0, batch)
+        if augment is not None:
+            xb = augment(xb, aug_generator)
+        loss = F.cross_entropy(module(xb), y.index_select(0, batch))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -212,7 +224,16 @@ def train_model(
     irrelevant. ``on_epoch_end`` (optional) runs after each epoch, e.g. to evaluate.
     ``num_threads`` sets torch's CPU threads for this call only (``None``: unchanged); small
     models on a busy machine train several times faster with 1.
+    A recipe with ``dp`` set trains with DP-SGD (:func:`miaudit.train.dp.train_model_dp`).
     """
+    if recipe.dp is not None:
+        from miaudit.train import dp  # imports this module
+
+        with cpu_threads(num_threads):
+            return dp.train_model_dp(
+                recipe, features, labels, indices, seed, device, num_classes, progress,
+                on_epoch_end=on_epoch_end, desc=desc,
+            )  # fmt: skip
     device = torch.device(device)
     if len(features) != len(labels):
         raise ConfigError(f"features has {len(features)} rows but labels has {len(labels)}.")
@@ -232,6 +253,8 @@ def train_model(
     steps_per_epoch = math.ceil(n / recipe.batch_size)
     total_steps = steps_per_epoch * recipe.epochs
     shuffler = torch.Generator(device="cpu").manual_seed(shuffle_seed)
+    augment = build_augmentation(recipe.augment, input_shape)
+    aug_generator = torch.Generator(device="cpu").manual_seed(augment_seed(seed))
 
     losses: list[float] = []
     start = time.perf_counter()
@@ -250,7 +273,10 @@ def train_model(
         with bar:
             for epoch in range(recipe.epochs):
                 order = torch.randperm(n, generator=shuffler).to(device, non_blocking=True)
-                loss, lr = _train_epoch(module, optimizer, recipe, x, y, order, step, total_steps)
+                loss, lr = _train_epoch(
+                    module, optimizer, recipe, x, y, order, step, total_steps,
+                    augment, aug_generator,
+                )  # fmt: skip
                 step += steps_per_epoch
                 losses.append(loss)
                 bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.3g}")
