@@ -365,6 +365,7 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
         "models_trained": built.trained,
         "models_from_cache": built.reused,
         "train_wall_seconds": round(built.info["train_wall_seconds"], 1),
+        "target_privacy": getattr(built.models[built.design.target], "privacy", None),
         "device": built.info["device"],
         "seconds": round(time.perf_counter() - start, 1),
         "config": cfg.to_dict(),
