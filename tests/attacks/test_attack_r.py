@@ -4,18 +4,10 @@ from scipy.special import log_softmax
 
 from miaudit.attacks import TargetView, run_attack
 from miaudit.attacks.attack_r import interpolated_survival
-from miaudit.signals import SignalBank
 
 
 def _variant(bank, membership):
-    return SignalBank(
-        logits=bank.logits,
-        labels=bank.labels,
-        membership=membership,
-        population=bank.population,
-        audit=bank.audit,
-        channels=bank.channels,
-    )
+    return bank.replace(membership=membership)
 
 
 def _losses(bank):

@@ -3,20 +3,12 @@ import pytest
 from scipy.special import log_softmax
 
 from miaudit.attacks import TargetView, run_attack
-from miaudit.signals import SignalBank
 
 NAMES = ("calibrated-loss", "calibrated-confidence", "calibrated-gradient-norm")
 
 
 def _variant(bank, membership):
-    return SignalBank(
-        logits=bank.logits,
-        labels=bank.labels,
-        membership=membership,
-        population=bank.population,
-        audit=bank.audit,
-        channels=bank.channels,
-    )
+    return bank.replace(membership=membership)
 
 
 def _direct(bank, target):

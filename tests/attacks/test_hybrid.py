@@ -11,7 +11,6 @@ from miaudit.attacks.hybrid import (
 )
 from miaudit.attacks.rapid import rapid_features
 from miaudit.errors import AttackError
-from miaudit.signals import SignalBank
 
 try:
     for _name in DEFAULT_EXTRA_ATTACKS:
@@ -23,15 +22,7 @@ FAST = dict(epochs=3, max_train_samples=2000)
 
 
 def _variant(bank, **changes):
-    arrays = dict(
-        logits=bank.logits,
-        labels=bank.labels,
-        membership=bank.membership,
-        population=bank.population,
-        audit=bank.audit,
-    )
-    arrays.update(changes)
-    return SignalBank(**arrays)
+    return bank.replace(**changes)
 
 
 def _offline_bank(bank, target=0):
@@ -127,7 +118,8 @@ def test_samples_without_an_out_reference_are_nan(digits_bank):
 
 def test_too_few_shadows_is_a_clear_error(digits_bank):
     bank = _variant(
-        digits_bank, logits=digits_bank.logits[:2], membership=digits_bank.membership[:2]
+        digits_bank, logits=digits_bank.logits[:2], membership=digits_bank.membership[:2],
+        channels={},
     )
     with pytest.raises(AttackError, match="at least 2 shadow"):
         run_attack("rapid-hybrid", TargetView.of(bank, 0))

@@ -6,21 +6,12 @@ from sklearn.metrics import roc_auc_score
 from miaudit.attacks import TargetView, get_attack, run_attack
 from miaudit.attacks.rapid import rapid_features, rapid_score
 from miaudit.errors import AttackError
-from miaudit.signals import SignalBank
 
 FAST = dict(epochs=3, max_train_samples=2000)
 
 
 def _variant(bank, **changes):
-    arrays = dict(
-        logits=bank.logits,
-        labels=bank.labels,
-        membership=bank.membership,
-        population=bank.population,
-        audit=bank.audit,
-    )
-    arrays.update(changes)
-    return SignalBank(**arrays)
+    return bank.replace(**changes)
 
 
 def _query_mean_loss(bank):
@@ -119,6 +110,7 @@ def test_too_few_shadows_is_a_clear_error(digits_bank):
         digits_bank,
         logits=digits_bank.logits[:2],
         membership=digits_bank.membership[:2],
+        channels={},
     )
     with pytest.raises(AttackError, match="at least 2 shadow"):
         run_attack("rapid", TargetView.of(bank, 0))

@@ -9,14 +9,7 @@ from miaudit.signals import SignalBank
 
 
 def _variant(bank, membership):
-    return SignalBank(
-        logits=bank.logits,
-        labels=bank.labels,
-        membership=membership,
-        population=bank.population,
-        audit=bank.audit,
-        channels=bank.channels,
-    )
+    return bank.replace(membership=membership)
 
 
 def _pr(bank):

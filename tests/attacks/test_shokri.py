@@ -6,21 +6,12 @@ from sklearn.metrics import roc_auc_score
 from miaudit.attacks import TargetView, get_attack, run_attack
 from miaudit.attacks.shokri import shokri_featurizer, shokri_score
 from miaudit.errors import AttackError
-from miaudit.signals import SignalBank
 
 FAST = dict(epochs=10, max_train_samples=3000)
 
 
 def _variant(bank, **changes):
-    arrays = dict(
-        logits=bank.logits,
-        labels=bank.labels,
-        membership=bank.membership,
-        population=bank.population,
-        audit=bank.audit,
-    )
-    arrays.update(changes)
-    return SignalBank(**arrays)
+    return bank.replace(**changes)
 
 
 def test_features_are_sorted_probabilities_and_the_label(digits_bank):
@@ -74,7 +65,8 @@ def test_seed_determines_the_classifier(digits_bank):
 
 def test_too_few_shadows_is_a_clear_error(digits_bank):
     bank = _variant(
-        digits_bank, logits=digits_bank.logits[:1], membership=digits_bank.membership[:1]
+        digits_bank, logits=digits_bank.logits[:1], membership=digits_bank.membership[:1],
+        channels={},
     )
     with pytest.raises(AttackError, match="at least 1 shadow"):
         run_attack("shokri", TargetView.of(bank, 0))

@@ -90,3 +90,12 @@ def test_corrupt_or_incomplete_files(tmp_path):
         SignalBank.load(partial)
     with pytest.raises(BankError, match="does not exist"):
         SignalBank.load(tmp_path / "none.npz")
+
+
+def test_replace_validates_and_keeps_the_rest():
+    bank = SignalBank(**_arrays())
+    flipped = bank.replace(membership=~bank.membership)
+    np.testing.assert_array_equal(flipped.membership, ~bank.membership)
+    assert flipped.logits is bank.logits
+    with pytest.raises(BankError, match="membership must have shape"):
+        bank.replace(membership=bank.membership[:, :-1])

@@ -7,6 +7,7 @@ per model and sample, e.g. the per-sample gradient norm) travel as `channel_<nam
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import zipfile
 from dataclasses import dataclass, field
@@ -73,6 +74,10 @@ class SignalBank:
     def statistics(self) -> StatisticCache:
         """Per-model, per-sample, per-query statistics (loss, LiRA's phi, ...), computed once."""
         return self._statistics
+
+    def replace(self, **changes: object) -> SignalBank:
+        """A validated copy with some arrays replaced (e.g. another membership or mask)."""
+        return dataclasses.replace(self, **changes)
 
     def save(self, path: str | os.PathLike, compressed: bool = False) -> Path:
         """Write the bank atomically (a crash never leaves a truncated bank behind)."""
