@@ -10,7 +10,9 @@ from pathlib import Path
 
 import yaml
 
+from miaudit.audit import cli as audit_cli
 from miaudit.errors import MiauditError
+from miaudit.studies import cli as study_cli
 
 
 def _demo_config_path() -> Path:
@@ -134,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--data-dir", help="data folder (default $MIAUDIT_DATA_DIR or ~/.cache)")
     fetch.add_argument("--force", action="store_true", help="fetch again even if present")
     fetch.set_defaults(fn=cmd_data_fetch)
+    audit_cli.register(sub)
+    study_cli.register(sub)
     return parser
 
 

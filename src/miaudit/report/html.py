@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from miaudit.report.exposure import EXPOSURE_FIGURE, audit_sections
 from miaudit.report.table import build_table, fmt_pct, fpr_label, reported_fprs
 from miaudit.results import AttackOutcome, AuditResult
 
@@ -110,7 +111,8 @@ def _meta_html(meta: dict[str, Any]) -> str:
     others = {
         k: v
         for k, v in meta.items()
-        if k not in ("models", "config", "warnings", "skipped") and not isinstance(v, _SCALARS)
+        if k not in ("models", "config", "warnings", "skipped", "verdict", "exposure")
+        and not isinstance(v, _SCALARS)
     }
     if others:
         parts.append(f"<h3>Other metadata</h3><pre>{escape(_dump(others))}</pre>")
@@ -132,7 +134,7 @@ def strongest(result: AuditResult) -> tuple[AttackOutcome | None, str | None]:
     return max(result.outcomes, key=rank), key
 
 
-def _explanation(result: AuditResult) -> str:
+def _explanation(result: AuditResult, name_best: bool = True) -> str:
     best, key = strongest(result)
     text = (
         "<p><b>AUC</b> is the probability that an attack gives a randomly chosen training "
@@ -143,7 +145,7 @@ def _explanation(result: AuditResult) -> str:
         "attack that is confidently right about a few samples is a real leak even when its "
         "AUC is close to 0.5. Brackets hold bootstrap confidence intervals (95% by default).</p>"
     )
-    if best is not None and key is not None:
+    if best is not None and key is not None and name_best:
         met = best.metrics
         tpr = met.get("tpr_at_fpr", {}).get(key)
         auc = met.get("auc")
@@ -211,6 +213,7 @@ def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
         if warnings
         else '<p class="muted">None.</p>'
     )
+    audit = audit_sections(meta, figures)  # `miaudit audit` runs: release statement, exposure
     n_members = int(np.asarray(result.members, dtype=bool).sum())
     n_total = int(np.asarray(result.members).size)
     body = [
@@ -221,13 +224,15 @@ def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
         "<h2>Results</h2>",
         _table(table.header, table.rows),
         "<h2>What this means</h2>",
-        _explanation(result),
+        _explanation(result, name_best="verdict" not in audit),  # the verdict names its own
+        audit.get("verdict", ""),
         "<h2>Warnings</h2>",
         warn_html,
         "<h2>Figures</h2>",
-        *(_figure_html(name, png) for name, png in figures.items()),
+        *(_figure_html(name, png) for name, png in figures.items()
+          if not (name == EXPOSURE_FIGURE and "exposure" in audit)),
         "<h2>Most exposed samples</h2>",
-        _exposed_html(result),
+        audit.get("exposure") or _exposed_html(result),
         "<h2>Run metadata</h2>",
         _meta_html(meta),
     ]

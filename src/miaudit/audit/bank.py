@@ -1,0 +1,191 @@
+"""The audit's signal bank (the target is model 0, references after it) and the attacks it
+cannot support, each with the reason, read from the attacks' `Needs` declarations."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from miaudit.attacks import get_attack
+from miaudit.audit.config import AuditConfig
+from miaudit.audit.data import AuditData
+from miaudit.audit.references import References
+from miaudit.audit.sources import Target
+from miaudit.errors import ConfigError, DataError
+from miaudit.signals import SignalBank
+from miaudit.signals.boundary import boundary_distances
+from miaudit.signals.query import per_sample_grad_norms, query_logits
+
+log = logging.getLogger(__name__)
+
+_BLACK_BOX = {
+    "sklearn": "the target is a scikit-learn estimator (predict_proba only)",
+    "function": "the target is a black-box prediction function",
+    "outputs": "the target is given as precomputed outputs",
+}
+
+
+@dataclass
+class AuditBank:
+    bank: SignalBank
+    missing_channels: dict[str, str] = field(default_factory=dict)  # channel -> why absent
+    population_reason: str | None = None  # why the bank has no population rows
+    notes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _rows_from(outputs: tuple[np.ndarray | None, np.ndarray], rows: np.ndarray, n_data: int,
+               what: str) -> np.ndarray:
+    """Logits of data rows `rows` from (index or None, logits) of an outputs file."""
+    index, logits = outputs
+    if index is None:
+        if len(logits) != n_data:
+            raise DataError(
+                f"the {what} outputs have {len(logits)} rows but the {what} data has {n_data}; "
+                "give one row per data row, or an 'index' naming the data row of each."
+            )
+        return logits[rows]
+    where = np.full(max(n_data, int(index.max()) + 1), -1, dtype=np.int64)
+    where[index] = np.arange(len(index))
+    found = where[rows]
+    if (found < 0).any():
+        missing = rows[found < 0]
+        raise DataError(
+            f"the {what} outputs lack {missing.size} of the {rows.size} rows the audit needs "
+            f"(first {missing[:5].tolist()}); export outputs for every audit/public row."
+        )
+    return logits[found]
+
+
+def _target_logits(target: Target, data: AuditData, n_rows: int) -> np.ndarray:
+    parts = [_rows_from(target.outputs["data"], data.audit_rows, len(data.data), "audit")]
+    if n_rows > data.n_audit:
+        rows = np.concatenate([data.pool_rows, data.population_rows])[: n_rows - data.n_audit]
+        if "public" in target.outputs:
+            parts.append(_rows_from(target.outputs["public"], rows, len(data.public), "public"))
+        else:  # never read: attacks use the target only on audit (and population) rows
+            parts.append(np.zeros((rows.size, data.num_classes), dtype=np.float32))
+    return np.concatenate(parts)[:, None, :]
+
+
+def build_audit_bank(
+    cfg: AuditConfig, target: Target, refs: References, data: AuditData, device: str,
+    progress: bool = True,
+) -> AuditBank:
+    """Query the target and the references on every bank row; white-box channels if possible."""
+    queries = list(cfg.signals.queries)
+    notes: list[str] = []
+    population_reason = None
+    n_rows = len(data.labels)
+    if target.kind == "outputs":
+        if queries != ["plain"]:
+            raise ConfigError("precomputed outputs hold one query per sample: use "
+                              "signals.queries: [plain] (augmented queries need the model).")
+        if "public" not in target.outputs and data.n_population:
+            n_rows -= data.n_population  # population rows are the last block
+            population_reason = ("needs the target's outputs on population samples (public "
+                                 "rows no model trained on): give model.public_outputs")
+        if not refs.modules and "public" not in target.outputs:
+            n_rows = data.n_audit
+    if data.n_population == 0:
+        population_reason = ("needs population samples (public rows no model trains on): give "
+                             "public data and a public.population fraction > 0")
+    rows = np.arange(n_rows)
+    start = time.perf_counter()
+    if target.kind == "outputs":
+        target_logits = _target_logits(target, data, n_rows)
+        ref_logits = query_logits(refs.modules, data.features, rows, queries, data.kind, device,
+                                  cfg.signals.batch_size, progress) if refs.modules else None
+        logits = target_logits[None] if ref_logits is None else np.concatenate(
+            [target_logits[None], ref_logits])
+    else:
+        logits = query_logits([target.module, *refs.modules], data.features, rows, queries,
+                              data.kind, device, cfg.signals.batch_size, progress)
+        probe = logits[0, : data.n_audit, 0].astype(np.float64)
+        if target.kind == "torch" and (probe >= 0).all() and np.allclose(probe.sum(1), 1, 1e-3):
+            notes.append("the module's outputs look like probabilities, not logits; the bank "
+                         "reads them as logits: return logits (or log-probabilities) instead")
+    seconds = {"query_seconds": time.perf_counter() - start}
+    models = [target.module, *refs.modules]
+    labels = data.labels[:n_rows]
+    channels: dict[str, np.ndarray] = {}
+    missing: dict[str, str] = {}
+    if target.kind != "torch":
+        missing["grad_norm"] = ("needs per-sample gradients of the loss (white-box access to a "
+                                f"PyTorch model); {_BLACK_BOX[target.kind]}")
+    elif cfg.signals.grad_norm is False:
+        missing["grad_norm"] = "per-sample gradient norms are off (signals.grad_norm: false)"
+    else:
+        start = time.perf_counter()
+        try:
+            channels["grad_norm"] = np.stack([
+                per_sample_grad_norms(m, data.features, labels, rows, device) for m in models])
+        except Exception as exc:  # a module torch.func cannot vectorise over samples
+            log.warning("per-sample gradient norms failed: %s", exc)
+            missing["grad_norm"] = f"per-sample gradients failed on this module: {exc}"
+        seconds["grad_norm_seconds"] = time.perf_counter() - start
+    if not target.queryable:
+        missing["boundary_distance"] = ("needs label queries at new inputs (HopSkipJump "
+                                        "search); precomputed outputs cannot be queried")
+    elif not cfg.signals.boundary_distance:
+        missing["boundary_distance"] = (
+            "boundary distances are off by default: the HopSkipJump search costs about 1,100 "
+            "model queries per sample and model; set signals.boundary_distance: true")
+    else:
+        start = time.perf_counter()
+        channels["boundary_distance"] = np.stack([
+            boundary_distances(m, data.features, labels, rows, seed=cfg.seed, device=device)
+            for m in models])
+        seconds["boundary_seconds"] = time.perf_counter() - start
+    n_models = logits.shape[0]
+    membership = np.zeros((n_models, n_rows), dtype=bool)
+    membership[0, : data.n_audit] = data.members
+    if refs.modules:
+        membership[1:, data.n_audit: data.n_audit + data.n_pool] = refs.membership
+    audit = np.zeros(n_rows, dtype=bool)
+    audit[: data.n_audit] = True
+    population = np.zeros(n_rows, dtype=bool)
+    if population_reason is None:
+        population[data.n_audit + data.n_pool:] = True
+    bank = SignalBank(logits=logits, labels=labels, membership=membership,
+                      population=population, audit=audit, channels=channels)
+    return AuditBank(bank, missing, population_reason, notes, seconds)
+
+
+def skip_reasons(
+    names: list[str], built: AuditBank, refs: References
+) -> dict[str, str]:
+    """Why each attack in `names` cannot run on this audit (absent: it can), from its Needs."""
+    n_refs = len(refs.modules)
+    reasons: dict[str, str] = {}
+    for name in names:
+        needs = get_attack(name).needs
+        why: list[str] = []
+        if needs.channel and needs.channel not in built.bank.channels:
+            why.append(built.missing_channels.get(
+                needs.channel, f"needs the channel {needs.channel}, which this audit lacks"))
+        if (needs.out_references or needs.shadows) and n_refs == 0:
+            why.append(f"needs reference models: {refs.reason}")
+        elif needs.shadows and n_refs < needs.shadows:
+            why.append(f"needs {needs.shadows} reference models as shadows; this audit has "
+                       f"{n_refs} (raise references.models)")
+        if needs.in_references:
+            why.append("needs reference models trained on the audit samples (the online "
+                       "design); references of a given model train on public data only, so "
+                       "its offline variant runs instead")
+        if needs.population and not built.bank.population.any():
+            why.append(built.population_reason or "needs population samples")
+        if why:
+            reasons[name] = "; ".join(why)
+    return reasons
+
+
+def bank_summary(built: AuditBank) -> dict[str, Any]:
+    bank = built.bank
+    return {"bank_models": bank.n_models, "bank_samples": bank.n_samples,
+            "queries_per_sample": bank.n_queries, "channels": sorted(bank.channels),
+            **{k: round(v, 1) for k, v in built.seconds.items()}}

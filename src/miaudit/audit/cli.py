@@ -1,0 +1,142 @@
+"""`miaudit audit`: flags and/or a short YAML config (flags win)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from miaudit.errors import ConfigError
+
+_TABLES = (".csv", ".parquet", ".pq")
+
+_EPILOG = """examples:
+  miaudit audit --model nets.py:SmallCNN --weights model.safetensors --data fashion-mnist \\
+      --members members.txt --nonmembers nonmembers.txt --public-rows public.txt \\
+      --recipe '{optimizer: adam, lr: 0.001, epochs: 15, batch_size: 64}'
+  miaudit audit --estimator model.joblib --data audit.parquet --membership-column member \\
+      --label-column income --public public.parquet
+  miaudit audit --outputs outputs.npz --data digits --members members.txt
+  miaudit audit --config audit.yaml
+Unpickling an estimator runs code from the file: audit only your own files."""
+
+
+def _mapping(text: str, flag: str) -> dict[str, Any]:
+    """A YAML mapping given inline or as a file name."""
+    path = Path(text)
+    if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+        from miaudit.audit.config import read_yaml
+
+        return read_yaml(path, flag)
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{flag} is not valid YAML: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError(f"{flag} must be a mapping like '{{epochs: 10}}', got {text!r}.")
+    return value
+
+
+def _names(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
+    """The given flags as a nested config mapping (flags not given are left out)."""
+    cfg: dict[str, dict[str, Any]] = {k: {} for k in
+                                      ("model", "data", "public", "references", "signals")}
+    top: dict[str, Any] = {}
+
+    def put(section: str | None, key: str, value: Any) -> None:
+        if value is not None:
+            (cfg[section] if section else top)[key] = value
+
+    put("model", "module", args.model)
+    put("model", "weights", args.weights)
+    put("model", "kwargs", args.model_kwargs and _mapping(args.model_kwargs, "--model-kwargs"))
+    put("model", "estimator", args.estimator)
+    put("model", "predict", args.predict)
+    put("model", "outputs", args.outputs)
+    put("model", "public_outputs", args.public_outputs)
+    put("model", "output_kind", args.output_kind)
+    put("data", "dataset", args.data)
+    put("data", "options", args.data_options and _mapping(args.data_options, "--data-options"))
+    put("data", "members", args.members)
+    put("data", "membership_column", args.membership_column)
+    put("data", "nonmembers", args.nonmembers)
+    put("public", "dataset", args.public)
+    put("public", "rows", args.public_rows)
+    put("public", "population", args.population)
+    if args.label_column:  # every table file given gets it
+        for section, name in (("data", args.data), ("public", args.public)):
+            if name and Path(name).suffix.lower() in _TABLES:
+                cfg[section].setdefault("options", {})["label_column"] = args.label_column
+    put("references", "models", args.references)
+    put("references", "recipe", args.recipe and _mapping(args.recipe, "--recipe"))
+    put("signals", "queries", args.queries and _names(args.queries))
+    put("signals", "grad_norm", False if args.no_grad_norm else None)
+    put("signals", "boundary_distance", True if args.boundary_distance else None)
+    put(None, "attacks", args.attacks and _names(args.attacks))
+    put(None, "exposed", args.exposed)
+    put(None, "seed", args.seed)
+    put(None, "name", args.name)
+    put(None, "device", args.device)
+    put(None, "output", args.out)
+    put(None, "cache_dir", args.cache_dir)
+    return {**top, **{k: v for k, v in cfg.items() if v}}
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from miaudit.audit.config import audit_config, merge, read_yaml
+    from miaudit.audit.run import run_audit
+
+    base = read_yaml(args.config) if args.config else {}
+    run_audit(audit_config(merge(base, flags_to_dict(args))), progress=not args.quiet)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `audit` subcommand."""
+    p = subparsers.add_parser(
+        "audit", help="audit your own trained model (PyTorch, scikit-learn or a black box)",
+        description="Membership inference audit of a model trained outside miaudit.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", help="YAML audit config (flags override it)")
+    g = p.add_argument_group("the model (one of --model, --estimator, --predict, --outputs)")
+    g.add_argument("--model", help="PyTorch nn.Module: 'package.module:Class' or 'file.py:Class'")
+    g.add_argument("--model-kwargs", help="its constructor arguments, YAML: '{width: 64}'")
+    g.add_argument("--weights", help=".safetensors or torch.save state dict (weights_only)")
+    g.add_argument("--estimator", help="scikit-learn estimator with predict_proba (joblib)")
+    g.add_argument("--predict", help="black box: 'package.module:function', X -> [n, classes]")
+    g.add_argument("--outputs", help="black box: .npz/.csv/.parquet of logits or probabilities")
+    g.add_argument("--public-outputs", help="black box: outputs on the public rows (for RMIA)")
+    g.add_argument("--output-kind", choices=("auto", "logits", "probabilities"))
+    d = p.add_argument_group("the data")
+    d.add_argument("--data", help="dataset name (miaudit data list) or .npz/.csv/.parquet file")
+    d.add_argument("--data-options", help="loader options, YAML: '{label_column: y}'")
+    d.add_argument("--label-column", help="label column of .csv/.parquet files")
+    d.add_argument("--members", help="file of the training row indices")
+    d.add_argument("--membership-column", help="or: 0/1 column of the data file")
+    d.add_argument("--nonmembers", help="file of row indices not trained on (default: the rest)")
+    d.add_argument("--public", help="the attacker's data: dataset name or file")
+    d.add_argument("--public-rows", help="file of row indices of the public data")
+    d.add_argument("--population", type=float, help="public fraction no reference trains on")
+    r = p.add_argument_group("reference models and signals")
+    r.add_argument("--references", type=int, help="how many reference models (0: none)")
+    r.add_argument("--recipe", help="reference training recipe, YAML mapping or file")
+    r.add_argument("--queries", help="comma-separated: plain, mirror, crop-flip-K")
+    r.add_argument("--no-grad-norm", action="store_true", help="skip per-sample gradients")
+    r.add_argument("--boundary-distance", action="store_true", help="HopSkipJump (slow)")
+    r.add_argument("--attacks", help="comma-separated attack names (default: all)")
+    o = p.add_argument_group("run")
+    o.add_argument("--exposed", type=int, help="training samples in the ranking (default 20)")
+    o.add_argument("--seed", type=int)
+    o.add_argument("--name", help="run name (default audit)")
+    o.add_argument("--device", help="auto, cpu or cuda[:N]")
+    o.add_argument("--out", help="run directory (default runs/NAME)")
+    o.add_argument("--cache-dir", help="model cache (default ~/.cache/miaudit/models)")
+    o.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(fn=cmd_audit)

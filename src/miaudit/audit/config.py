@@ -1,0 +1,223 @@
+"""The configuration of `miaudit audit`: a short YAML file and/or command-line flags.
+
+Unknown keys are errors with a suggestion (as in :mod:`miaudit.config`). Paths are read
+relative to the current directory. The resolved configuration is saved into the run
+directory as ``audit.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from miaudit.config import MetricsConfig
+from miaudit.errors import ConfigError
+
+OUTPUT_KINDS = ("auto", "logits", "probabilities")
+
+
+@dataclass
+class ModelSection:
+    """The audited model: exactly one of module (+ weights), estimator, predict, outputs."""
+
+    module: str | None = None  # torch: "package.module:Class" or "file.py:Class" (or factory)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # constructor arguments
+    weights: str | None = None  # .safetensors, or a torch.save state dict (weights_only)
+    estimator: str | None = None  # scikit-learn estimator with predict_proba (joblib/pickle)
+    predict: str | None = None  # black box: "package.module:function", X -> [n, classes]
+    outputs: str | None = None  # black box: precomputed outputs on the audit data's rows
+    public_outputs: str | None = None  # ... and on the public data's rows (optional)
+    output_kind: str = "auto"  # of predict/outputs: auto | logits | probabilities
+    tolerance: float = 1e-3  # |sum of a probability row - 1| allowed
+
+
+@dataclass
+class DataSection:
+    """The data the model was trained on and data it was not."""
+
+    dataset: str | None = None  # registry name (`miaudit data list`) or .npz/.csv/.parquet
+    options: dict[str, Any] = field(default_factory=dict)  # loader options (label_column, ...)
+    members: str | None = None  # file of training row indices (.txt/.csv/.npy/.json)
+    membership_column: str | None = None  # or a 0/1 column (array in .npz) of the data file
+    nonmembers: str | None = None  # file of row indices; default: every other row
+
+
+@dataclass
+class PublicSection:
+    """The attacker's data: reference models train on it; never evaluated."""
+
+    dataset: str | None = None  # default: the audit data (then `rows` is required)
+    options: dict[str, Any] = field(default_factory=dict)
+    rows: str | None = None  # file of row indices; default: every row of `dataset`
+    population: float = 0.2  # fraction kept out of every reference model (RMIA's z samples)
+
+
+@dataclass
+class ReferencesSection:
+    """Reference models: the target's architecture, trained on public data."""
+
+    models: int = 4  # 0: threshold attacks only
+    # torch: recipe fields (miaudit.train.Recipe; the architecture is your module). scikit-learn:
+    # unused (the estimator is cloned). Black box: a stand-in with an `architecture`, or none.
+    recipe: dict[str, Any] | None = None
+
+
+@dataclass
+class SignalsSection:
+    queries: list[str] = field(default_factory=lambda: ["plain"])  # plain | mirror | crop-flip-K
+    grad_norm: bool | None = None  # per-sample gradient norms; default: on for torch models
+    boundary_distance: bool = False  # label-only HopSkipJump distances (slow)
+    batch_size: int = 1024
+
+
+@dataclass
+class AuditConfig:
+    name: str = "audit"
+    seed: int = 0
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    public: PublicSection = field(default_factory=PublicSection)
+    references: ReferencesSection = field(default_factory=ReferencesSection)
+    signals: SignalsSection = field(default_factory=SignalsSection)
+    attacks: list[str] | None = None  # default: every attack; those that cannot run are listed
+    attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    exposed: int = 20  # training samples in the exposure ranking
+    data_dir: str | None = None  # datasets folder; default $MIAUDIT_DATA_DIR or ~/.cache
+    device: str = "auto"
+    output: str | None = None  # run directory; default runs/<name>
+    cache_dir: str | None = None  # model cache; default $MIAUDIT_CACHE_DIR or ~/.cache
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def target_kind(self) -> str:
+        """torch | sklearn | function | outputs (which model input was given)."""
+        m = self.model
+        return "torch" if m.module else "sklearn" if m.estimator else (
+            "function" if m.predict else "outputs"
+        )
+
+
+_SECTIONS: dict[str, type] = {
+    "model": ModelSection,
+    "data": DataSection,
+    "public": PublicSection,
+    "references": ReferencesSection,
+    "signals": SignalsSection,
+    "metrics": MetricsConfig,
+}
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"'{where or 'the config'}' must be a mapping; got {type(data).__name__}."
+        )
+    valid = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(
+                f"unknown key '{where + '.' if where else ''}{key}' in the audit config.{hint} "
+                f"Valid keys{' of ' + where if where else ''}: {', '.join(valid)}."
+            )
+        nested = _SECTIONS.get(key) if cls is AuditConfig else None
+        kwargs[key] = _build(nested, value, key) if nested and value is not None else value
+    return cls(**kwargs)
+
+
+def _check(cfg: AuditConfig) -> None:
+    def need(cond: bool, message: str) -> None:
+        if not cond:
+            raise ConfigError(message)
+
+    m = cfg.model
+    given = [k for k in ("module", "estimator", "predict", "outputs") if getattr(m, k)]
+    need(len(given) == 1,
+         "name the model exactly once: model.module (+ model.weights) for a PyTorch module, "
+         "model.estimator for a scikit-learn estimator, model.predict for a prediction "
+         "function, or model.outputs for precomputed outputs"
+         + (f"; got {', '.join(given)}." if given else "; got none."))
+    need(not m.module or bool(m.weights),
+         "model.module needs model.weights (a .safetensors file or a torch.save state dict).")
+    need(not m.weights or bool(m.module), "model.weights needs model.module (its class).")
+    need(not m.public_outputs or bool(m.outputs), "model.public_outputs needs model.outputs.")
+    need(isinstance(m.kwargs, dict), "model.kwargs must be a mapping of constructor arguments.")
+    need(m.output_kind in OUTPUT_KINDS,
+         f"model.output_kind must be one of {', '.join(OUTPUT_KINDS)}; got {m.output_kind!r}.")
+    need(isinstance(m.tolerance, (int, float)) and 0 < m.tolerance < 1,
+         "model.tolerance must be a number in (0, 1).")
+    need(bool(cfg.data.dataset), "data.dataset is required: a dataset name or a data file.")
+    need(bool(cfg.data.members) != bool(cfg.data.membership_column),
+         "give the training rows as data.members (a file of row indices) or "
+         "data.membership_column (a 0/1 column of the data file), exactly one of them.")
+    need(not (cfg.data.membership_column and cfg.data.nonmembers),
+         "data.nonmembers cannot be combined with data.membership_column (the column says "
+         "which rows are non-members).")
+    need(isinstance(cfg.public.population, (int, float)) and 0 <= cfg.public.population < 1,
+         "public.population must be a fraction in [0, 1).")
+    need(isinstance(cfg.references.models, int) and cfg.references.models >= 0,
+         "references.models must be an integer >= 0.")
+    need(cfg.references.recipe is None or isinstance(cfg.references.recipe, dict),
+         "references.recipe must be a mapping of recipe fields (epochs, lr, ...).")
+    need(isinstance(cfg.seed, int) and cfg.seed >= 0, "seed must be an integer >= 0.")
+    need(isinstance(cfg.exposed, int) and cfg.exposed >= 1, "exposed must be an integer >= 1.")
+    need(cfg.attacks is None or (isinstance(cfg.attacks, list)
+                                 and all(isinstance(a, str) for a in cfg.attacks)),
+         "attacks must be a list of attack names (see `miaudit attacks`).")
+    need(isinstance(cfg.signals.queries, list) and len(cfg.signals.queries) >= 1,
+         "signals.queries must be a non-empty list, e.g. [plain, mirror].")
+    need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
+         f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
+    need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
+    for name in cfg.attack_params:
+        need(cfg.attacks is None or name in cfg.attacks,
+             f"attack_params names '{name}', which is not in attacks.")
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` laid over ``base``, section by section (flags over the YAML file)."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key in _SECTIONS:
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def audit_config(data: dict[str, Any] | None) -> AuditConfig:
+    """A validated AuditConfig from a mapping (YAML file and flags merged)."""
+    cfg = _build(AuditConfig, data or {}, "")
+    _check(cfg)
+    return cfg
+
+
+def read_yaml(path: str | Path, what: str = "audit config") -> dict[str, Any]:
+    """A YAML mapping from a file, with clear errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{what} file {path} does not exist.")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} file {path} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} file {path} must hold a mapping, not {type(data).__name__}.")
+    return data
+
+
+def dump_audit_config(cfg: AuditConfig) -> str:
+    """YAML of the resolved configuration: `miaudit audit --config` reruns it as is."""
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

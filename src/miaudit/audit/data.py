@@ -1,0 +1,264 @@
+"""The audit's data: training rows (members), rows the model did not train on (non-members),
+and the attacker's public data, laid out as the rows of one signal bank.
+
+Bank order: the audit rows (members and non-members, in data row order), then the public
+reference pool (each reference model trains on a random subset of it), then the population
+(public rows no model trains on: RMIA's z samples). Public rows are never evaluated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from miaudit.audit.config import AuditConfig
+from miaudit.data import Dataset, load_dataset
+from miaudit.errors import ConfigError, DataError
+
+_MAPPING = re.compile(r"labels mapped to 0\.\.\d+: (\{.*?\})")
+
+
+@dataclass
+class AuditData:
+    """Bank-ordered features and labels, with where each row came from."""
+
+    features: np.ndarray  # [N_bank, ...]
+    labels: np.ndarray  # int64 [N_bank]
+    members: np.ndarray  # bool [n_audit]: the target trained on the row
+    audit_rows: np.ndarray  # rows of `data` in the audit block
+    pool_rows: np.ndarray  # rows of `public` that reference models train on (subsets of it)
+    population_rows: np.ndarray  # rows of `public` no model trains on
+    data: Dataset
+    public: Dataset | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n_audit(self) -> int:
+        return int(self.audit_rows.size)
+
+    @property
+    def n_pool(self) -> int:
+        return int(self.pool_rows.size)
+
+    @property
+    def n_population(self) -> int:
+        return int(self.population_rows.size)
+
+    @property
+    def kind(self) -> str:
+        return self.data.kind
+
+    @property
+    def num_classes(self) -> int:
+        return self.data.num_classes
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.features.shape[1:])
+
+
+def read_rows(path: str | Path, n_rows: int, what: str) -> np.ndarray:
+    """Sorted row indices from .npy (indices or a bool mask), .json (a list) or text/.csv
+    (integers separated by commas or whitespace; a header line is skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{what} file {path} does not exist; check the path.")
+    try:
+        if path.suffix == ".npy":
+            values = np.load(path, allow_pickle=False)
+        elif path.suffix == ".json":
+            values = np.asarray(json.loads(path.read_text(encoding="utf-8")))
+        else:
+            lines = path.read_text(encoding="utf-8").split("\n")
+            tokens = [t for line in lines for t in re.split(r"[,\s]+", line.strip()) if t]
+            if tokens and not tokens[0].lstrip("-").isdigit():
+                tokens = [t for line in lines[1:] for t in re.split(r"[,\s]+", line.strip()) if t]
+            values = np.asarray([int(t) for t in tokens], dtype=np.int64)
+    except (ValueError, OSError) as exc:
+        raise DataError(
+            f"{what} file {path} is not a list of integer row indices: {exc}"
+        ) from exc
+    values = np.asarray(values)
+    if values.dtype == bool:
+        if values.shape != (n_rows,):
+            raise DataError(f"{what}: a boolean mask needs {n_rows} entries, got {values.shape}.")
+        values = np.flatnonzero(values)
+    if values.ndim != 1 or (values.size and values.dtype.kind not in "iu"):
+        raise DataError(f"{what} file {path} must hold a flat list of integer row indices.")
+    values = values.astype(np.int64)
+    if values.size == 0:
+        raise DataError(f"{what} file {path} lists no rows.")
+    if values.min() < 0 or values.max() >= n_rows:
+        raise DataError(
+            f"{what} file {path} lists rows {values.min()}..{values.max()}, but the data has "
+            f"{n_rows} rows (0..{n_rows - 1}); indices are 0-based row positions."
+        )
+    unique = np.unique(values)
+    if unique.size != values.size:
+        raise DataError(f"{what} file {path} repeats {values.size - unique.size} rows.")
+    return unique
+
+
+def _load_with_column(cfg: AuditConfig) -> tuple[Dataset, np.ndarray]:
+    """The data file without its membership column, and that column as a bool mask."""
+    path, column = Path(cfg.data.dataset), cfg.data.membership_column
+    if not path.is_file():
+        raise DataError(f"data.membership_column needs a data file; {path} is not one.")
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as npz:
+            if column not in npz.files:
+                raise DataError(f"{path} has no array {column!r}; it holds {npz.files}.")
+            flags = npz[column]
+        dataset = load_dataset(str(path), cfg.data_dir, **cfg.data.options)
+    elif path.suffix.lower() in (".csv", ".parquet", ".pq"):
+        import pandas as pd
+
+        df = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+        if column not in df.columns:
+            raise DataError(f"{path} has no column {column!r}; its columns: {list(df.columns)}.")
+        flags = df.pop(column).to_numpy()
+        with tempfile.TemporaryDirectory() as tmp:  # the same file minus the column
+            copy = Path(tmp) / path.name
+            df.to_csv(copy, index=False) if path.suffix == ".csv" else df.to_parquet(copy)
+            dataset = load_dataset(str(copy), cfg.data_dir, **cfg.data.options)
+        dataset = dataclasses.replace(dataset, source=str(path.resolve()))
+    else:
+        raise DataError(f"{path}: a membership column needs a .npz, .csv or .parquet file.")
+    flags = np.asarray(flags)
+    if flags.shape != (len(dataset),) or not np.isin(flags, (0, 1)).all():
+        raise DataError(
+            f"{path}: membership column {column!r} must hold one 0/1 (or true/false) value per "
+            "row: 1 = the model trained on the row."
+        )
+    return dataset, flags.astype(bool)
+
+
+def _label_mapping(ds: Dataset) -> str | None:
+    match = _MAPPING.search(ds.notes)
+    return match.group(1) if match else None
+
+
+def _check_compatible(data: Dataset, public: Dataset) -> None:
+    problems = []
+    if public.input_shape != data.input_shape or public.kind != data.kind:
+        problems.append(f"samples of shape {public.input_shape} ({public.kind}) vs "
+                        f"{data.input_shape} ({data.kind})")
+    if public.num_classes != data.num_classes:
+        problems.append(f"{public.num_classes} classes vs {data.num_classes}")
+    elif _label_mapping(public) != _label_mapping(data):
+        problems.append(f"labels mapped {_label_mapping(public)} vs {_label_mapping(data)}")
+    if problems:
+        raise DataError(
+            f"the public data {public.name} does not match the audit data {data.name}: "
+            f"{'; '.join(problems)}. Give both in the same layout and label encoding."
+        )
+
+
+def _check_table_columns(a: str, b: str, ignore: str | None) -> None:
+    """Two table files must have the same columns in the same order (`ignore`: the audit
+    file's membership column)."""
+    pa, pb = Path(a), Path(b)
+    if not (pa.is_file() and pb.is_file()):
+        return
+    if {pa.suffix.lower(), pb.suffix.lower()} <= {".csv"}:
+        import pandas as pd
+
+        ca, cb = list(pd.read_csv(pa, nrows=0).columns), list(pd.read_csv(pb, nrows=0).columns)
+    elif {pa.suffix.lower(), pb.suffix.lower()} <= {".parquet", ".pq"}:
+        import pyarrow.parquet as pq
+
+        ca, cb = pq.read_schema(pa).names, pq.read_schema(pb).names
+    else:
+        return
+    ca = [c for c in ca if c != ignore]
+    if ca != cb:
+        only_a, only_b = [c for c in ca if c not in cb], [c for c in cb if c not in ca]
+        what = (f"only in {pa.name}: {only_a[:10]}; only in {pb.name}: {only_b[:10]}"
+                if only_a or only_b else "the same columns in another order")
+        raise DataError(f"{pa} and {pb} must have the same columns in the same order ({what}).")
+
+
+def _duplicates(a: np.ndarray, b: np.ndarray) -> int:
+    """How many rows of `b` equal some row of `a` exactly."""
+    seen = {row.tobytes() for row in np.ascontiguousarray(a).reshape(len(a), -1)}
+    return sum(row.tobytes() in seen for row in np.ascontiguousarray(b).reshape(len(b), -1))
+
+
+def build_audit_data(cfg: AuditConfig) -> AuditData:
+    """Load the audit data and the public data and lay them out as bank rows."""
+    notes: list[str] = []
+    if cfg.data.membership_column:
+        data, flags = _load_with_column(cfg)
+        members = np.flatnonzero(flags)
+        if members.size == 0:
+            raise DataError(f"membership column {cfg.data.membership_column!r} has no 1s.")
+    else:
+        data = load_dataset(cfg.data.dataset, cfg.data_dir, **cfg.data.options)
+        members = read_rows(cfg.data.members, len(data), "data.members")
+    same = cfg.public.dataset in (None, cfg.data.dataset) and not (
+        cfg.public.options and cfg.public.options != cfg.data.options)
+    public: Dataset | None = None
+    public_rows = np.zeros(0, dtype=np.int64)
+    if same and cfg.public.rows:
+        public = data
+        public_rows = read_rows(cfg.public.rows, len(data), "public.rows")
+    elif not same:
+        _check_table_columns(cfg.data.dataset, cfg.public.dataset, cfg.data.membership_column)
+        public = load_dataset(cfg.public.dataset, cfg.data_dir, **cfg.public.options)
+        _check_compatible(data, public)
+        public_rows = (read_rows(cfg.public.rows, len(public), "public.rows") if cfg.public.rows
+                       else np.arange(len(public)))
+    elif cfg.public.dataset is not None:
+        raise ConfigError("the public data is the audit data: give public.rows (a file of its "
+                          "row indices that the attacker holds, disjoint from the audit rows).")
+    else:
+        notes.append("no public data given: reference-model attacks cannot run")
+    if cfg.data.nonmembers:
+        nonmembers = read_rows(cfg.data.nonmembers, len(data), "data.nonmembers")
+    else:  # every row that is neither a member nor public
+        taken = np.zeros(len(data), dtype=bool)
+        taken[members] = True
+        if public is data:
+            taken[public_rows] = True
+        nonmembers = np.flatnonzero(~taken)
+    overlap = np.intersect1d(members, nonmembers)
+    if overlap.size:
+        raise DataError(f"{overlap.size} rows are both members and non-members "
+                        f"(first {overlap[:5].tolist()}); each row is one or the other.")
+    if nonmembers.size == 0:
+        raise DataError("no non-member rows: give data.nonmembers (rows the model did not "
+                        "train on); an audit compares members with non-members.")
+    if public is data:
+        clash = np.intersect1d(public_rows, np.union1d(members, nonmembers))
+        if clash.size:
+            raise DataError(f"{clash.size} public rows are also audit rows (first "
+                            f"{clash[:5].tolist()}); public data must be disjoint from them.")
+    elif public is not None:
+        dupes = _duplicates(data.features[members], public.features[public_rows])
+        if dupes:
+            notes.append(f"{dupes} public rows are exact copies of training rows: reference "
+                         "models trained on them see members, which weakens reference attacks")
+    audit_rows = np.union1d(members, nonmembers)
+    rng = np.random.default_rng([cfg.seed, 3])
+    shuffled = rng.permutation(public_rows)
+    n_pop = int(round(cfg.public.population * shuffled.size))
+    population_rows, pool_rows = np.sort(shuffled[:n_pop]), np.sort(shuffled[n_pop:])
+    parts = [data.features[audit_rows]]
+    labels = [data.labels[audit_rows]]
+    if public is not None:
+        parts += [public.features[pool_rows], public.features[population_rows]]
+        labels += [public.labels[pool_rows], public.labels[population_rows]]
+    if cfg.references.models and public is not None and pool_rows.size < 2:
+        raise ConfigError("the public data needs at least 2 rows outside the population for "
+                          "reference models; give more public rows or lower public.population.")
+    return AuditData(
+        features=np.concatenate(parts), labels=np.concatenate(labels),
+        members=np.isin(audit_rows, members), audit_rows=audit_rows, pool_rows=pool_rows,
+        population_rows=population_rows, data=data, public=public, notes=notes,
+    )

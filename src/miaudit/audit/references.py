@@ -1,0 +1,224 @@
+"""Reference models for the audit: the target's own architecture, trained on public data.
+
+- PyTorch: the user's module class (model kind ``import``) with the recipe the user states,
+  trained by miaudit's trainer and cached by content like every other model.
+- scikit-learn: ``sklearn.base.clone`` of the estimator (its own hyper-parameters, a fresh
+  ``random_state`` per reference) fitted on each reference's rows, cached by content in
+  ``<cache>/sklearn``.
+- black box: a stand-in architecture if the recipe names one (e.g. ``mlp``), else none.
+
+Each reference trains on its own random subset of the public reference pool, as many rows as
+the target's training set (at most half the pool; the offline design of :mod:`miaudit.protocol`),
+so every reference is OUT for every audit sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from miaudit import __version__
+from miaudit.audit.config import AuditConfig
+from miaudit.audit.data import AuditData
+from miaudit.audit.sources import OutputModule, Target, sklearn_predict
+from miaudit.errors import CacheError, ConfigError
+from miaudit.io import atomic_path, write_json
+from miaudit.models.user import source_digest
+from miaudit.train import ModelCache, Recipe, indices_digest
+
+RECIPE_HINT = ("{optimizer: adam, lr: 0.001, epochs: 10, batch_size: 64} (the recipe your model "
+               "was trained with)")
+
+
+@dataclass
+class References:
+    """Reference models (possibly none, with the reason) and their public-pool membership."""
+
+    modules: list[nn.Module] = field(default_factory=list)
+    membership: np.ndarray | None = None  # bool [R, n_pool]
+    train_seconds: list[float] = field(default_factory=list)
+    recipe: dict[str, Any] | None = None  # what they were trained with, for the report
+    trained: int = 0
+    reused: int = 0
+    reason: str | None = None  # why there are none
+    notes: list[str] = field(default_factory=list)
+
+
+def torch_recipe(cfg: AuditConfig, target: Target) -> tuple[Recipe | None, str | None]:
+    """The reference recipe, or None and why there is none."""
+    stated = cfg.references.recipe
+    if target.kind == "torch":
+        if stated is None:
+            return None, ("no training recipe was stated for reference models of the user's "
+                          f"architecture: give references.recipe, e.g. {RECIPE_HINT}")
+        fields = dict(stated)
+        if "architecture" not in fields:  # the user's own class, pinned to its source file
+            fields["architecture"] = "import"
+            fields["arch_params"] = {
+                "path": cfg.model.module, "kwargs": cfg.model.kwargs,
+                "source_sha256": source_digest(cfg.model.module),
+            }
+        return Recipe.from_dict(fields), None
+    if stated is None or "architecture" not in stated:
+        return None, ("black-box target (no architecture to train reference models with); "
+                      "a stand-in is possible: references.recipe with an architecture, e.g. "
+                      "{architecture: mlp, epochs: 20}")
+    return Recipe.from_dict(stated), None
+
+
+def _describe(obj: Any) -> Any:
+    """A JSON-able description of an estimator's parameters, for its cache key (never a
+    truncated repr: two estimators must not share a key)."""
+    if hasattr(obj, "get_params") and not isinstance(obj, type):
+        params = obj.get_params(deep=False)
+        return {"class": f"{type(obj).__module__}.{type(obj).__qualname__}",
+                "params": {k: _describe(v) for k, v in sorted(params.items())}}
+    if isinstance(obj, (list, tuple)):
+        return [_describe(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): _describe(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, np.ndarray):
+        return {"array": hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest(),
+                "shape": list(obj.shape), "dtype": str(obj.dtype)}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return repr(obj)
+
+
+class SklearnCache:
+    """Fitted estimators by content key: ``<root>/<key>.joblib`` + ``<key>.json`` (the
+    file's sha256 and fit time), json written last, so an entry counts only when complete."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.hits = 0
+        self.misses = 0
+
+    def key(self, estimator: Any, fingerprint: str, rows: np.ndarray, seed: int) -> str:
+        import sklearn
+
+        payload = {"format": 1, "dataset": fingerprint, "indices": indices_digest(rows),
+                   "estimator": _describe(estimator), "seed": int(seed),
+                   "sklearn": sklearn.__version__}
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def _load(self, key: str) -> tuple[Any, float] | None:
+        import joblib
+
+        meta_path, path = self.root / f"{key}.json", self.root / f"{key}.joblib"
+        if not meta_path.exists():
+            return None
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            blob = path.read_bytes()
+            if hashlib.sha256(blob).hexdigest() != meta["weights_sha256"]:
+                raise CacheError("estimator file hash does not match its metadata")
+            return joblib.load(path), float(meta["fit_seconds"])  # our own file, hash-checked
+        except (OSError, KeyError, ValueError, CacheError):
+            meta_path.unlink(missing_ok=True)  # corrupt: refit and overwrite
+            return None
+
+    def get_or_fit(
+        self, estimator: Any, x: np.ndarray, y: np.ndarray, fingerprint: str, rows: np.ndarray,
+        seed: int,
+    ) -> tuple[Any, float]:
+        """The clone of `estimator` fitted on `x`, `y` (rows `rows` of the dataset `fingerprint`)
+        with random_state `seed`, from the cache or fitted now; and its fit time."""
+        import joblib
+        from sklearn.base import clone
+
+        model = clone(estimator)
+        seeds = {k: seed for k in model.get_params(deep=True)
+                 if k == "random_state" or k.endswith("__random_state")}
+        model.set_params(**seeds)
+        key = self.key(model, fingerprint, rows, seed)
+        found = self._load(key)
+        if found is not None:
+            self.hits += 1
+            return found
+        self.misses += 1
+        names = getattr(estimator, "feature_names_in_", None)
+        if names is not None:
+            import pandas as pd
+
+            x = pd.DataFrame(x, columns=names)
+        start = time.perf_counter()
+        model.fit(x, y)
+        seconds = time.perf_counter() - start
+        with atomic_path(self.root / f"{key}.joblib") as tmp:
+            joblib.dump(model, tmp)
+            digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        write_json(self.root / f"{key}.json", {
+            "key": key, "estimator": type(model).__name__, "seed": int(seed),
+            "indices_sha256": indices_digest(rows), "dataset_fingerprint": fingerprint,
+            "fit_seconds": seconds, "weights_sha256": digest, "miaudit_version": __version__,
+        })
+        return model, seconds
+
+
+def reference_models(
+    cfg: AuditConfig, target: Target, data: AuditData, cache_root: Path, device: str,
+    progress: bool = True,
+) -> References:
+    """Train (or load) `cfg.references.models` reference models on random subsets of the
+    public pool, each as large as the target's training set (at most half the pool)."""
+    n = cfg.references.models
+    if n == 0:
+        return References(reason="references.models is 0 (threshold attacks only)")
+    if data.public is None or data.n_pool < 2:
+        return References(reason="no public data was given (public.dataset / public.rows), "
+                                 "so no reference model can be trained")
+    # Each reference trains on as many rows as the target did (at most half the pool, so
+    # every pool row is OUT for some references); drawn as protocol.random_halves draws.
+    size = min(int(data.members.sum()), data.n_pool // 2)
+    rng = np.random.default_rng([cfg.seed, 2])
+    membership = np.zeros((n, data.n_pool), dtype=bool)
+    for r in range(n):
+        membership[r, rng.permutation(data.n_pool)[:size]] = True
+    jobs = [(data.pool_rows[membership[r]], cfg.seed * 10_000 + 1 + r) for r in range(n)]
+    public = data.public
+    if target.kind == "sklearn":
+        notes = []
+        if cfg.references.recipe is not None:
+            notes.append("references.recipe is unused for a scikit-learn estimator: references "
+                         "are clones of it (same hyper-parameters, own random_state)")
+        cache = SklearnCache(cache_root / "sklearn")
+        modules, seconds = [], []
+        for rows, seed in jobs:
+            x = public.features[rows].reshape(len(rows), -1)
+            model, fit_seconds = cache.get_or_fit(target.estimator, x, public.labels[rows],
+                                                  public.fingerprint(), rows, seed)
+            modules.append(OutputModule(sklearn_predict(model), data.num_classes,
+                                        "probabilities", cfg.model.tolerance,
+                                        f"reference {type(model).__name__}", flatten=True))
+            seconds.append(fit_seconds)
+        recipe = {"clone_of": type(target.estimator).__name__,
+                  "params": _describe(target.estimator)["params"]}
+        return References(modules, membership, seconds, recipe, cache.misses, cache.hits,
+                          notes=notes)
+    recipe, reason = torch_recipe(cfg, target)
+    if recipe is None:
+        return References(reason=reason)
+    if data.kind != "image" and recipe.augment:
+        raise ConfigError("references.recipe.augment needs image data.")
+    cache = ModelCache(cache_root)
+    models = cache.get_or_train_many(
+        public.fingerprint(), jobs, recipe, device, features=public.features,
+        labels=public.labels, num_classes=data.num_classes, progress=progress,
+    )
+    notes = []
+    if target.kind != "torch":
+        notes.append(f"reference models use a stand-in architecture ({recipe.architecture}), "
+                     "not the black-box target's own; reference attacks may understate the leak")
+    return References(
+        [m.module.eval() for m in models], membership, [m.train_seconds for m in models],
+        recipe.to_dict(), cache.stats.misses, cache.stats.hits, notes=notes,
+    )

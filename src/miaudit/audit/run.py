@@ -1,0 +1,143 @@
+"""`miaudit audit`: load the user's model and data, build the bank, run every attack the audit
+permits, rank the most exposed training samples, state what it means, write the report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from miaudit.attacks import get_attack, list_attacks
+from miaudit.audit.bank import bank_summary, build_audit_bank, skip_reasons
+from miaudit.audit.config import AuditConfig, dump_audit_config
+from miaudit.audit.data import AuditData, build_audit_data
+from miaudit.audit.exposure import exposure_csv, rank_exposed, thumbnail_figure
+from miaudit.audit.references import References, reference_models
+from miaudit.audit.sources import Target, load_target
+from miaudit.audit.verdict import make_verdict, verdict_text
+from miaudit.io import write_json, write_text
+from miaudit.pipeline import default_cache_dir, evaluate_bank, resolve_device
+from miaudit.report import format_table, write_report
+from miaudit.report.exposure import EXPOSURE_FIGURE
+from miaudit.results import AuditResult
+
+_SEEN_AS = {"torch": "outputs (logits or probabilities)", "sklearn": "predicted probabilities",
+            "function": "outputs", "outputs": "outputs"}
+
+
+def run_dir(cfg: AuditConfig) -> Path:
+    return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
+
+
+def _reference_note(target: Target, refs: References) -> str:
+    n = len(refs.modules)
+    if n == 0:
+        return (f"No reference models ({refs.reason}); only attacks on the target's own outputs "
+                "ran. Reference-based attacks are usually far stronger at low FPR, so these "
+                "figures likely understate the leak.")
+    if target.kind == "sklearn":
+        return (f"The {n} reference models are clones of the estimator (same hyper-parameters) "
+                "fitted on public data.")
+    if target.kind == "torch":
+        return (f"The {n} reference models share the model's architecture and were trained "
+                "with the recipe stated in the audit config; if it differs from how the model "
+                "was really trained, reference-based attacks are weaker than an informed "
+                "attacker's.")
+    return (f"The {n} reference models use a stand-in architecture, not the target's; "
+            "reference-based attacks may understate the leak.")
+
+
+def _meta(cfg: AuditConfig, data: AuditData, target: Target, refs: References,
+          seconds: float, device: str) -> dict[str, Any]:
+    return {
+        "run": cfg.name,
+        "seed": cfg.seed,
+        "target": target.name,
+        "target_kind": target.kind,
+        "dataset": data.data.name,
+        "dataset_source": data.data.source,
+        "public_dataset": None if data.public is None else data.public.name,
+        "audit_samples": data.n_audit,
+        "members": int(data.members.sum()),
+        "nonmembers": int((~data.members).sum()),
+        "public_pool": data.n_pool,
+        "population": data.n_population,
+        "references": len(refs.modules),
+        "reference_train_rows": int(refs.membership[0].sum()) if refs.modules else None,
+        "reference_recipe": refs.recipe,
+        "references_trained": refs.trained,
+        "references_from_cache": refs.reused,
+        "queries": ", ".join(cfg.signals.queries),
+        "device": device,
+        "seconds": round(seconds, 1),
+        "config": cfg.to_dict(),
+    }
+
+
+def run_audit(
+    cfg: AuditConfig, progress: bool = True, echo: bool = True
+) -> tuple[AuditResult, Path]:
+    """The whole audit; writes audit.yaml, bank.npz, exposed.csv, verdict.txt and the report."""
+    names = cfg.attacks if cfg.attacks is not None else [s.name for s in list_attacks()]
+    for name in names:
+        get_attack(name)  # unknown names fail before any work
+    out = run_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "audit.yaml", dump_audit_config(cfg))
+    start = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    device = resolve_device(cfg.device)
+    data = build_audit_data(cfg)
+    target = load_target(cfg.model, data.input_shape, data.num_classes, data.features[:64])
+    cache_root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+    refs = reference_models(cfg, target, data, cache_root, device, progress)
+    built = build_audit_bank(cfg, target, refs, data, device, progress)
+    built.bank.save(out / "bank.npz")
+    skipped = skip_reasons(names, built, refs)
+    runnable = [n for n in names if n not in skipped]
+    result = evaluate_bank(
+        built.bank, 0, runnable, {k: v for k, v in cfg.attack_params.items() if k in runnable},
+        cfg.metrics, cfg.seed, train_seconds=[0.0, *refs.train_seconds], skip_unsupported=True,
+    )
+    skipped.update(result.meta.get("skipped") or {})
+    result.meta["skipped"] = {n: skipped[n] for n in names if n in skipped}
+    verdict = make_verdict(result, {
+        "outputs": _SEEN_AS[target.kind], "references": len(refs.modules),
+        "reference_note": _reference_note(target, refs), "skipped": len(skipped),
+        "confidence": cfg.metrics.confidence,
+    })
+    figures = {}
+    if verdict.get("attack"):
+        predicted = built.bank.logits[0, : data.n_audit, 0].argmax(axis=-1)
+        ranked = rank_exposed(result, verdict["attack"], data, int(data.members.sum()), predicted)
+        top = ranked[: cfg.exposed]
+        result.meta["exposure"] = {"attack": verdict["attack"],
+                                   "n_members": int(data.members.sum()), "rows": top}
+        write_text(out / "exposed.csv", exposure_csv(ranked))
+        figure = thumbnail_figure(top, data, verdict["attack"])
+        if figure is not None:
+            figures[EXPOSURE_FIGURE] = figure
+    result.meta["verdict"] = verdict
+    result.meta.update(_meta(cfg, data, target, refs, time.perf_counter() - start, device))
+    result.meta.update(bank_summary(built))
+    result.meta["warnings"] = [*data.notes, *target.notes, *refs.notes, *built.notes]
+    text = verdict_text(verdict)
+    write_text(out / "verdict.txt", text)
+    write_json(out / "verdict.json", verdict)
+    write_report(result, out, extra_figures=figures or None)
+    if echo:
+        print(format_table(result))
+        for note in result.meta["warnings"]:
+            print(f"note: {note}")
+        print(text)
+        rows = (result.meta.get("exposure") or {}).get("rows") or []
+        if rows:
+            print(f"Most exposed training samples ({verdict['attack']}; all in exposed.csv):")
+            for r in rows[:5]:
+                print(f"  #{r['rank']}  row {r['row']:>6}  label {r['label']}  "
+                      f"score {r['score']:.4g}  flagged at FPR {100 * r['flagged_at_fpr']:.3g}%")
+        print(f"\nreport: {out / 'report.html'}")
+    return result, out
+

@@ -1,0 +1,175 @@
+"""Study registry: a study declares its cells, the work of one cell, its summary and configs.
+
+A study is a class (used as a plain namespace) decorated with :func:`register_study`::
+
+    @register_study("calibration", description="Watson et al. (seed 001)")
+    class Calibration:
+        configs = {"cpu": {...}, "paper": {...}}   # "cpu" finishes here within the hour
+        cells = staticmethod(make_cells)           # config dict -> list[Cell]
+        work = staticmethod(run_cell)              # Cell -> list[dict]; top-level function
+        summarize = staticmethod(write_summary)    # (table, study_dir) -> None
+
+:func:`run_study` resolves the config (the size's config, then a YAML file's overrides), writes
+it to ``study_dir/config.yaml``, runs the sweep and calls ``summarize``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from miaudit.io import write_text
+from miaudit.studies.sweep import Cell, StudyError, Work, run_sweep
+
+SIZES = ("cpu", "paper")
+CONFIG_FILE = "config.yaml"
+# Modules that register the built-in studies; imported on first lookup.
+BUILTIN_MODULES = ("miaudit.studies.smoke",
+                   "miaudit.studies.calibration",)
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    description: str
+    configs: Mapping[str, Mapping[str, Any]]
+    cells: Callable[[dict[str, Any]], list[Cell]]
+    work: Work
+    summarize: Callable[[pd.DataFrame, Path], None]
+
+
+_STUDIES: dict[str, Study] = {}
+
+
+def register_study(name: str, description: str = "") -> Callable[[type], type]:
+    """Class decorator registering a study under ``name`` (see the module docstring)."""
+
+    def decorate(declaration: type) -> type:
+        missing = [a for a in ("configs", "cells", "work", "summarize")
+                   if not hasattr(declaration, a)]
+        if missing:
+            raise StudyError(f"study {name!r} does not declare {', '.join(missing)}.")
+        configs = declaration.configs
+        if set(configs) != set(SIZES):
+            raise StudyError(f"study {name!r} must declare configs {SIZES}, got {list(configs)}.")
+        work = declaration.work
+        if "<locals>" in getattr(work, "__qualname__", "<locals>"):
+            raise StudyError(f"study {name!r}: work must be a module-level function "
+                             "(worker processes import it by name).")
+        doc = (declaration.__doc__ or "").strip().splitlines()
+        _STUDIES[name] = Study(
+            name=name,
+            description=description or (doc[0] if doc else ""),
+            configs={k: dict(v) for k, v in configs.items()},
+            cells=declaration.cells,
+            work=work,
+            summarize=declaration.summarize,
+        )
+        return declaration
+
+    return decorate
+
+
+def _load_builtins() -> None:
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
+def get_study(name: str) -> Study:
+    _load_builtins()
+    if name not in _STUDIES:
+        close = difflib.get_close_matches(name, list(_STUDIES), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise StudyError(f"unknown study {name!r}.{hint} Studies: {', '.join(sorted(_STUDIES))}.")
+    return _STUDIES[name]
+
+
+def list_studies() -> list[Study]:
+    _load_builtins()
+    return [_STUDIES[k] for k in sorted(_STUDIES)]
+
+
+def merge_config(base: Mapping[str, Any], overrides: Mapping[str, Any], where: str = "") -> dict:
+    """``base`` with ``overrides`` applied recursively; a key ``base`` lacks is an error (so a
+    typo never silently does nothing), except below a mapping that is empty in ``base``."""
+    out = copy.deepcopy(dict(base))
+    for key, value in overrides.items():
+        path = f"{where}{key}"
+        if key not in out:
+            if base:
+                close = difflib.get_close_matches(str(key), [str(k) for k in out], n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise StudyError(f"unknown study config key {path!r}.{hint} "
+                                 f"Valid keys here: {', '.join(map(str, out))}.")
+            out[key] = copy.deepcopy(value)
+        elif isinstance(out[key], Mapping) and isinstance(value, Mapping):
+            out[key] = merge_config(out[key], value, f"{path}.")
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def resolve_config(study: Study, size: str = "cpu",
+                   overrides: str | Path | Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The study's ``size`` config with the overrides (a mapping or a YAML file) applied."""
+    if size not in SIZES:
+        raise StudyError(f"--size must be one of {', '.join(SIZES)}; got {size!r}.")
+    config = dict(study.configs[size])
+    if overrides is not None:
+        if not isinstance(overrides, Mapping):
+            path = Path(overrides)
+            if not path.exists():
+                raise StudyError(f"study config file {path} does not exist.")
+            try:
+                overrides = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            except yaml.YAMLError as exc:
+                raise StudyError(f"study config file {path} is not valid YAML: {exc}") from exc
+            if not isinstance(overrides, Mapping):
+                raise StudyError(f"study config file {path} must hold a mapping of keys.")
+        config = merge_config(config, overrides)
+    config.pop("study", None)
+    config.pop("size", None)
+    return {"study": study.name, "size": size, **config}
+
+
+def load_study_config(study_dir: str | Path) -> dict[str, Any]:
+    """The resolved config a study run wrote into ``study_dir`` (for ``summarize``)."""
+    path = Path(study_dir) / CONFIG_FILE
+    if not path.exists():
+        raise StudyError(f"{path} does not exist: run the study into {study_dir} first.")
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def default_study_dir(name: str, size: str) -> Path:
+    return Path("runs") / "studies" / f"{name}-{size}"
+
+
+def run_study(
+    name: str,
+    size: str = "cpu",
+    overrides: str | Path | Mapping[str, Any] | None = None,
+    executor: Any = "local",
+    out: str | Path | None = None,
+    progress: bool = True,
+) -> tuple[pd.DataFrame, Path]:
+    """Resolve the config, run the sweep (resumably) and write the summary; the study table
+    and the study folder."""
+    study = get_study(name)
+    config = resolve_config(study, size, overrides)
+    study_dir = Path(out) if out else default_study_dir(name, size)
+    cells = study.cells(config)
+    if not cells:
+        raise StudyError(f"study {name!r} made no cells from its config; check the config.")
+    study_dir.mkdir(parents=True, exist_ok=True)
+    write_text(study_dir / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+    table = run_sweep(cells, study.work, study_dir, executor, progress=progress)
+    study.summarize(table, study_dir)
+    return table, study_dir

@@ -1,0 +1,265 @@
+"""Resumable sweeps: a list of cells, one result file per finished cell, one table per study.
+
+A :class:`Cell` is one unit of work (e.g. one dataset x repetition x ablation value); its key is
+a hash of its content. ``run_sweep`` hands the cells that have no valid result file yet to an
+executor and, as each finishes, writes ``study_dir/cells/<key>.json`` atomically and rebuilds
+``study_dir/results.csv`` from the finished cells. A sweep killed at any point therefore loses
+only the cells in flight, and since every trained model is cached by content
+(:mod:`miaudit.train.cache`), a rerun of such a cell retrains at most the model that was
+training when the sweep died.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import numbers
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from miaudit.errors import MiauditError
+from miaudit.io import atomic_path, write_json
+
+log = logging.getLogger(__name__)
+
+CELL_FORMAT = 1
+RESULTS = "results.csv"
+
+Work = Callable[["Cell"], list[dict[str, Any]]]
+
+
+class StudyError(MiauditError):
+    """A study or sweep is misconfigured, or some of its cells failed."""
+
+
+def _canonical(value: Any, where: str) -> Any:
+    """A JSON-ready copy of ``value`` (tuples become lists, numpy scalars Python numbers)."""
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise StudyError(f"{where}: keys must be strings, got {key!r}.")
+            out[key] = _canonical(item, f"{where}.{key}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v, where) for v in value]
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise StudyError(f"{where}: {value} is not a finite number.")
+        return float(value)
+    raise StudyError(
+        f"{where}: {value!r} ({type(value).__name__}) is not JSON-able; cell parameters must "
+        "be numbers, strings, booleans, None, lists or mappings."
+    )
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True, init=False)
+class Cell:
+    """One unit of a study's sweep: the study's name and JSON-able parameters."""
+
+    study: str
+    _params: str  # canonical JSON: makes the cell hashable, picklable and immutable
+
+    def __init__(self, study: str, params: Mapping[str, Any]) -> None:
+        if not isinstance(study, str) or not study:
+            raise StudyError(f"a cell's study must be a non-empty name, got {study!r}.")
+        if not isinstance(params, Mapping):
+            raise StudyError(f"a cell's params must be a mapping, got {type(params).__name__}.")
+        object.__setattr__(self, "study", study)
+        object.__setattr__(self, "_params", _dumps(_canonical(params, "params")))
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """A fresh (mutable) copy of the parameters."""
+        return json.loads(self._params)
+
+    def key(self) -> str:
+        """sha256 of the canonical JSON of study and parameters."""
+        text = _dumps({"study": self.study, "params": json.loads(self._params)})
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def __repr__(self) -> str:
+        return f"Cell({self.study!r}, {self._params})"
+
+
+def cell_path(study_dir: Path, cell: Cell) -> Path:
+    return Path(study_dir) / "cells" / f"{cell.key()}.json"
+
+
+def _check_rows(rows: Any, cell: Cell) -> list[dict[str, Any]]:
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise StudyError(
+            f"work for {cell!r} must return a list of dicts (result rows), "
+            f"got {type(rows).__name__}."
+        )
+    params = cell.params
+    out = []
+    for row in rows:
+        row = _canonical(row, "row")
+        clash = [k for k in row if k in params or k == "cell"]
+        if clash:
+            raise StudyError(
+                f"result rows of {cell!r} repeat the cell parameter(s) {clash}; the table "
+                "already holds every parameter, so give the row fields other names."
+            )
+        out.append(row)
+    return out
+
+
+def read_cell(path: Path, cell: Cell) -> list[dict[str, Any]] | None:
+    """The rows stored for ``cell``; None if absent, warning and None if the file is invalid."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != CELL_FORMAT or data.get("key") != cell.key():
+            raise ValueError("format or key does not match the cell")
+        if data.get("study") != cell.study or data.get("params") != cell.params:
+            raise ValueError("parameters do not match the cell")
+        return _check_rows(data.get("rows"), cell)
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, StudyError) as exc:
+        log.warning("cell file %s is invalid (%s); the cell will run again", path, exc)
+        return None
+
+
+def _write_cell(path: Path, cell: Cell, rows: list[dict[str, Any]], seconds: float) -> None:
+    write_json(path, {
+        "format": CELL_FORMAT,
+        "key": cell.key(),
+        "study": cell.study,
+        "params": cell.params,
+        "seconds": round(seconds, 3),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "rows": rows,
+    })
+
+
+def build_table(cells: Sequence[Cell], done: Mapping[str, list[dict[str, Any]]]) -> pd.DataFrame:
+    """One row per result row of each finished cell, in cell order: ``cell`` (the key's first
+    12 hex digits), the cell's parameters (nested ones flattened with dots), then the row."""
+    records = []
+    for cell in cells:
+        rows = done.get(cell.key())
+        if rows is None:
+            continue
+        flat = pd.json_normalize(cell.params, sep=".").to_dict("records")[0] if cell.params else {}
+        for row in rows:
+            records.append({"cell": cell.key()[:12], **flat, **row})
+    return pd.DataFrame.from_records(records)
+
+
+def write_table(table: pd.DataFrame, study_dir: Path) -> Path:
+    path = Path(study_dir) / RESULTS
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False)
+    return path
+
+
+def run_sweep(
+    cells: Iterable[Cell],
+    work: Work,
+    study_dir: str | Path,
+    executor: Any = "serial",
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Run every cell without a valid result file; return the study table of all cells.
+
+    ``work`` must be a picklable top-level function ``Cell -> list[dict]``. ``executor`` is an
+    executor from :mod:`miaudit.studies.executors` or its name. Cells that fail are reported
+    together in a :class:`StudyError` after the others have finished (and been saved), so a
+    rerun retries only them.
+    """
+    from miaudit.studies.executors import get_executor
+
+    study_dir = Path(study_dir)
+    unique: dict[str, Cell] = {}
+    for cell in cells:
+        if not isinstance(cell, Cell):
+            raise StudyError(f"a sweep takes Cells, got {type(cell).__name__}.")
+        unique.setdefault(cell.key(), cell)
+    ordered = list(unique.values())
+    done: dict[str, list[dict[str, Any]]] = {}
+    for cell in ordered:
+        rows = read_cell(cell_path(study_dir, cell), cell)
+        if rows is not None:
+            done[cell.key()] = rows
+    todo = [c for c in ordered if c.key() not in done]
+    if progress:
+        print(f"{len(ordered)} cells: {len(done)} done before, {len(todo)} to run", flush=True)
+    (study_dir / "cells").mkdir(parents=True, exist_ok=True)
+    write_table(build_table(ordered, done), study_dir)
+    if not todo:
+        return build_table(ordered, done)
+    runner = get_executor(executor) if isinstance(executor, str) else executor
+    failures: dict[str, str] = {}
+    bar = _progress_bar(len(todo), progress)
+    start = time.perf_counter()
+    try:
+        for cell, rows, error, seconds in runner.run(work, todo):
+            if error is None:
+                try:
+                    rows = _check_rows(rows, cell)
+                except StudyError as exc:
+                    error = exc
+            if error is not None:
+                failures[repr(cell)] = f"{type(error).__name__}: {error}"
+                log.error("cell %r failed: %s", cell, error)
+            else:
+                _write_cell(cell_path(study_dir, cell), cell, rows, seconds)
+                done[cell.key()] = rows
+                write_table(build_table(ordered, done), study_dir)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"{time.perf_counter() - start:.0f}s, {len(failures)} failed")
+    finally:
+        if bar is not None:
+            bar.close()
+    if failures:
+        listing = "\n".join(f"  {c}: {e}" for c, e in failures.items())
+        raise StudyError(
+            f"{len(failures)} of {len(todo)} cells failed (the others are saved; rerun to retry "
+            f"the failed ones):\n{listing}"
+        )
+    return build_table(ordered, done)
+
+
+class _LineProgress:
+    """One printed line per finished cell, for logs (no terminal to redraw a bar in)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.count, self.note = total, 0, ""
+
+    def update(self, n: int) -> None:
+        self.count += n
+
+    def set_postfix_str(self, note: str) -> None:
+        print(f"cells {self.count}/{self.total} ({note})", flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    if not sys.stderr.isatty():
+        return _LineProgress(total)
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="cells", unit="cell")

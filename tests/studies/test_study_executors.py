@@ -1,0 +1,67 @@
+"""The local process pool and the Ray executor (on a local Ray instance) against a serial
+run of the same real cells: same table, every result saved."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from study_work import TRACE, invocations, smoke_cells, traced_work
+
+from miaudit.studies import smoke
+from miaudit.studies.executors import LocalExecutor, RayExecutor, get_executor
+from miaudit.studies.sweep import StudyError, cell_path, run_sweep
+
+
+def _sorted(table: pd.DataFrame) -> pd.DataFrame:
+    return table.sort_values(["cell", "attack"]).reset_index(drop=True)
+
+
+def test_local_executor_matches_serial(tmp_path, monkeypatch):
+    monkeypatch.setenv(TRACE, str(tmp_path / "trace"))
+    cells = smoke_cells(2)
+    local = run_sweep(cells, traced_work, tmp_path / "local", LocalExecutor(workers=2),
+                      progress=False)
+    assert all(cell_path(tmp_path / "local", c).exists() for c in cells)
+    assert sorted(invocations(tmp_path / "trace").values()) == [1, 1]
+    monkeypatch.setenv("MIAUDIT_CACHE_DIR", str(tmp_path / "other-cache"))  # train again
+    serial = run_sweep(cells, traced_work, tmp_path / "serial", "serial", progress=False)
+    pd.testing.assert_frame_equal(_sorted(local), _sorted(serial))
+
+
+def test_ray_executor_on_a_local_instance(tmp_path):
+    pytest.importorskip("ray")  # installed by the dev extra, so CI runs this
+    import ray
+
+    cells = smoke_cells(2)
+    executor = RayExecutor(workers=2)
+    assert not ray.is_initialized()
+    table = run_sweep(cells, smoke.work, tmp_path / "ray", executor, progress=False)
+    assert not ray.is_initialized()  # the instance started for the sweep is shut down
+    assert all(cell_path(tmp_path / "ray", c).exists() for c in cells)
+    serial = run_sweep(cells, smoke.work, tmp_path / "serial", "serial", progress=False)
+    pd.testing.assert_frame_equal(_sorted(table), _sorted(serial))
+
+
+def test_unknown_executor_and_misplaced_address():
+    with pytest.raises(StudyError, match="unknown executor"):
+        get_executor("threads")
+    with pytest.raises(StudyError, match="only applies"):
+        get_executor("local", 2, address="auto")
+    with pytest.raises(StudyError, match="workers"):
+        LocalExecutor(workers=-1)
+
+
+def test_worker_setup_turns_off_the_trainers_nested_pool(monkeypatch):
+    import torch
+
+    from miaudit.studies.executors import init_worker
+    from miaudit.train import parallel
+
+    monkeypatch.setattr(parallel, "MIN_SAMPLES_FOR_WORKERS", parallel.MIN_SAMPLES_FOR_WORKERS)
+    threads = torch.get_num_threads()
+    try:
+        init_worker(1)
+        assert torch.get_num_threads() == 1
+        assert parallel.MIN_SAMPLES_FOR_WORKERS == float("inf")
+    finally:
+        torch.set_num_threads(threads)
