@@ -36,3 +36,53 @@ def test_bad_yaml_and_missing_file(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "none.yaml")
+
+
+def test_named_recipes_and_reference_keywords():
+    from miaudit.config import recipe_fields
+
+    recipes = {"aug": {"augment": ["crop"]}, "wd": {"weight_decay": 0.01}}
+    cfg = config_from_dict({"recipes": recipes, "recipe": "aug", "reference_recipe": "wd"})
+    assert recipe_fields(cfg) == ({"augment": ["crop"]}, {"weight_decay": 0.01})
+    cfg = config_from_dict({"recipe": {"epochs": 3}})
+    assert recipe_fields(cfg) == ({"epochs": 3}, "target")
+    for ref in ("target", "plain"):
+        cfg = config_from_dict({"recipe": {"epochs": 3}, "reference_recipe": ref})
+        assert recipe_fields(cfg)[1] == ref
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"recipes": {"aug": {}}, "recipe": "agu"}, r"'agu'.*Did you mean 'aug'"),
+        ({"recipe": "aug"}, r"not in recipes.*\(none\)"),
+        ({"reference_recipe": "plian"}, r"reference_recipe 'plian'.*Did you mean 'plain'"),
+        ({"recipes": {"plain": {}}}, "reserved"),
+        ({"recipes": {"x": [1]}}, r"recipes\.x must be a mapping"),
+        ({"recipe": 3}, "recipe must be a mapping"),
+        ({"reference_recipe": 3}, "reference_recipe must be a name"),
+        ({"checkpoints": {"epochs": [0]}}, "positive integers"),
+        ({"checkpoints": {"epoch": [2]}}, r"checkpoints\.epoch.*'epochs'"),
+    ],
+)
+def test_bad_recipe_names_and_checkpoints(data, match):
+    with pytest.raises(ConfigError, match=match):
+        config_from_dict(data)
+
+
+def test_example_configs_load_and_their_recipes_resolve():
+    from pathlib import Path
+
+    from miaudit.config import recipe_fields
+    from miaudit.train import Recipe
+
+    examples = sorted((Path(__file__).parents[1] / "examples").glob("*.yaml"))
+    assert examples
+    for path in examples:
+        cfg = load_config(path)
+        for name in [cfg.recipe, *cfg.recipes]:
+            cfg.recipe = name
+            target, ref = recipe_fields(cfg)
+            Recipe.from_dict(target)  # every named recipe is a valid Recipe
+    cfg = load_config(Path(__file__).parents[1] / "examples" / "fashion-mnist-recipes.yaml")
+    assert set(cfg.recipes) >= {"none", "crop", "mirror", "cutout", "autoaugment", "all"}

@@ -114,3 +114,60 @@ def test_evaluate_bank_rejects_targets_without_both_classes(digits_bank):
                       digits_bank.population, digits_bank.audit)
     with pytest.raises(AttackError, match="both members and non-members"):
         evaluate_bank(bank, 0, ["loss"])
+
+
+def test_checkpoints_are_audited_with_references_at_the_same_position(tmp_path):
+    cfg = _tiny_config(
+        tmp_path, attacks=["loss", "lira-offline-fixed-variance"],
+        signals={"queries": ["plain"]}, checkpoints={"epochs": [1, 2]},
+    )  # fmt: skip
+    result, out = run(cfg, progress=False, echo=False)
+    rows = result.meta["checkpoints"]
+    assert [r["checkpoint"] for r in rows] == ["epoch1", "epoch2", "final"]
+    assert [r["epoch"] for r in rows] == [1.0, 2.0, 3.0]
+    assert rows[-1]["attacks"]["loss"]["auc"] == result.outcome("loss").metrics["auc"]
+    for label in ("epoch1", "epoch2"):
+        sub = json.loads((out / "checkpoints" / label / "summary.json").read_text())
+        assert sub["checkpoint"] == label and sub["n_models"] == 3
+    assert rows[0]["attacks"]["loss"]["auc"] != rows[-1]["attacks"]["loss"]["auc"]
+    table = (out / "checkpoints.md").read_text()
+    assert "| epoch1 | 1 |" in table and "lira-offline-fixed-variance TPR@0.1% FPR" in table
+    assert json.loads((out / "checkpoints.json").read_text()) == json.loads(json.dumps(rows))
+    # every checkpoint is cached: the rerun trains nothing and scores the same
+    again, _ = run(cfg, progress=False, echo=False)
+    assert again.meta["models_trained"] == 0
+    assert again.meta["checkpoints"][0]["attacks"] == rows[0]["attacks"]
+    # the final models are the plain run's (checkpoints never change a run)
+    plain, _ = run(_tiny_config(tmp_path, attacks=["loss"], signals={"queries": ["plain"]},
+                                output=str(tmp_path / "plain")), progress=False, echo=False)
+    assert plain.meta["models_trained"] == 0
+    np.testing.assert_array_equal(plain.outcome("loss").scores, result.outcome("loss").scores)
+
+
+def test_reference_recipe_names_and_plain(tmp_path):
+    base = {"architecture": "mlp", "epochs": 2, "batch_size": 64}
+    smoothed = {**base, "label_smoothing": 0.2, "weight_decay": 1e-3,
+                "arch_params": {"dropout": 0.3}}  # fmt: skip
+    cfg = _tiny_config(
+        tmp_path, attacks=["loss", "calibrated-loss"], signals={"queries": ["plain"]},
+        recipes={"smoothed": smoothed, "short": {**base, "epochs": 1}},
+        recipe="smoothed", reference_recipe="plain",
+    )  # fmt: skip
+    result, out = run(cfg, progress=False, echo=False)
+    recipes = result.meta["recipes"]
+    assert recipes["reference_source"] == "plain"
+    assert recipes["target"]["label_smoothing"] == 0.2
+    assert recipes["reference"] == {**recipes["target"], "label_smoothing": 0.0,
+                                    "weight_decay": 0.0, "arch_params": {}}  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["recipes"]["reference_key"] == recipes["reference_key"]
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["recipe"] == "smoothed" and saved["reference_recipe"] == "plain"
+    named = _tiny_config(tmp_path, attacks=["loss"], signals={"queries": ["plain"]},
+                         recipes={"smoothed": smoothed, "short": {**base, "epochs": 1}},
+                         recipe="smoothed", reference_recipe="short",
+                         output=str(tmp_path / "named"))  # fmt: skip
+    again, _ = run(named, progress=False, echo=False)
+    assert again.meta["recipes"]["reference"]["epochs"] == 1
+    assert again.meta["recipes"]["reference_source"] == "short"
+    assert again.meta["models_trained"] == 2  # the target came from the cache

@@ -16,6 +16,8 @@ import yaml
 from miaudit.errors import ConfigError
 
 DEFAULT_ATTACKS = ("loss", "confidence", "entropy", "modified-entropy", "correctness")
+# reference_recipe values with a fixed meaning; they cannot name an entry of `recipes`.
+REFERENCE_KEYWORDS = ("target", "plain")
 
 
 @dataclass
@@ -52,6 +54,15 @@ class ForgettingConfig:
 
 
 @dataclass
+class CheckpointsConfig:
+    """Models kept along training (seed 002 §IV-A2): every model of the design is kept after
+    these epochs and/or optimizer steps, and each checkpoint is audited as its own bank."""
+
+    epochs: list[int] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+
+
+@dataclass
 class MetricsConfig:
     fprs: list[float] = field(default_factory=lambda: [0.001, 0.01])
     bootstrap: int = 200
@@ -68,8 +79,13 @@ class RunConfig:
     design: str = "offline"  # offline | online (see miaudit.protocol)
     models: int = 2  # target included
     target: int = 0
-    recipe: dict[str, Any] = field(default_factory=dict)  # miaudit.train.Recipe fields
-    reference_recipe: dict[str, Any] | None = None  # default: the target's recipe
+    # Named recipes {name: {Recipe fields}} that `recipe` / `reference_recipe` may name.
+    recipes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recipe: dict[str, Any] | str = field(default_factory=dict)  # Recipe fields, or a name
+    # The attacker's knowledge (seed 002 §IV-B): "target" (None: the default) = the target's
+    # recipe; "plain" = the target's without augmentation/regularisation/DP; a name; fields.
+    reference_recipe: dict[str, Any] | str | None = None
+    checkpoints: CheckpointsConfig = field(default_factory=CheckpointsConfig)
     signals: SignalsConfig = field(default_factory=SignalsConfig)
     forgetting: ForgettingConfig = field(default_factory=ForgettingConfig)
     attacks: list[str] = field(default_factory=lambda: list(DEFAULT_ATTACKS))
@@ -89,6 +105,7 @@ _NESTED = {
     "signals": SignalsConfig,
     "metrics": MetricsConfig,
     "forgetting": ForgettingConfig,
+    "checkpoints": CheckpointsConfig,
 }
 
 
@@ -122,7 +139,13 @@ def _check_types(cfg: RunConfig) -> None:
          f"design must be online or offline; got {cfg.design!r}.")
     need(isinstance(cfg.attacks, list) and all(isinstance(a, str) for a in cfg.attacks),
          "attacks must be a list of attack names (see `miaudit attacks`).")
-    need(isinstance(cfg.recipe, dict), "recipe must be a mapping of training-recipe fields.")
+    _check_recipes(cfg)
+    from miaudit.train.checkpoints import CheckpointSpec  # checks the positions
+
+    if cfg.checkpoints is None:  # `checkpoints:` left empty in the YAML
+        cfg.checkpoints = CheckpointsConfig()
+
+    CheckpointSpec(cfg.checkpoints.epochs, cfg.checkpoints.steps)
     need(isinstance(cfg.attack_params, dict), "attack_params must map attack names to mappings.")
     need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
          f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
@@ -133,6 +156,60 @@ def _check_types(cfg: RunConfig) -> None:
          "forgetting.epochs must be an integer >= 1.")
     for name in cfg.attack_params:
         need(name in cfg.attacks, f"attack_params names '{name}', which is not in attacks.")
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" Did you mean '{close[0]}'?" if close else ""
+
+
+def _check_recipes(cfg: RunConfig) -> None:
+    """``recipes`` maps names to mappings; ``recipe`` and ``reference_recipe`` are mappings or
+    names that exist (ConfigError with a suggestion otherwise)."""
+    if not isinstance(cfg.recipes, dict):
+        raise ConfigError("recipes must map recipe names to mappings of recipe fields.")
+    for name, fields in cfg.recipes.items():
+        if not isinstance(name, str) or name in REFERENCE_KEYWORDS:
+            raise ConfigError(
+                f"recipes: {name!r} cannot name a recipe; {', '.join(REFERENCE_KEYWORDS)} are "
+                "reserved for reference_recipe."
+            )
+        if not isinstance(fields, dict):
+            raise ConfigError(f"recipes.{name} must be a mapping of recipe fields.")
+    names = list(cfg.recipes)
+    if isinstance(cfg.recipe, str):
+        if cfg.recipe not in cfg.recipes:
+            hint = _suggest(cfg.recipe, names)
+            raise ConfigError(
+                f"recipe names '{cfg.recipe}', which is not in recipes.{hint} Named recipes: "
+                f"{', '.join(names) or '(none)'}."
+            )
+    elif not isinstance(cfg.recipe, dict):
+        raise ConfigError(
+            "recipe must be a mapping of training-recipe fields or a name in recipes."
+        )
+    ref = cfg.reference_recipe
+    if isinstance(ref, str):
+        choices = [*REFERENCE_KEYWORDS, *names]
+        if ref not in choices:
+            raise ConfigError(
+                f"reference_recipe '{ref}' is unknown.{_suggest(ref, choices)} Use target (the "
+                "target's recipe), plain (it without augmentation, regularisation and DP), a "
+                "name in recipes, or a mapping of recipe fields."
+            )
+    elif ref is not None and not isinstance(ref, dict):
+        raise ConfigError("reference_recipe must be a name (target, plain, or one in recipes) "
+                          "or a mapping of recipe fields.")
+
+
+def recipe_fields(cfg: RunConfig) -> tuple[dict[str, Any], str | dict[str, Any]]:
+    """The target's recipe fields, and the reference recipe as ``"target"``, ``"plain"`` or
+    its fields (a name in ``recipes`` resolved)."""
+    target = cfg.recipes[cfg.recipe] if isinstance(cfg.recipe, str) else cfg.recipe
+    ref = "target" if cfg.reference_recipe is None else cfg.reference_recipe
+    if isinstance(ref, str) and ref not in REFERENCE_KEYWORDS:
+        ref = cfg.recipes[ref]
+    return dict(target), ref if isinstance(ref, str) else dict(ref)
 
 
 def config_from_dict(data: dict[str, Any] | None) -> RunConfig:

@@ -22,6 +22,7 @@ from miaudit.config import MetricsConfig, RunConfig, dump_config
 from miaudit.data import Dataset, load_dataset
 from miaudit.errors import AttackError, ConfigError
 from miaudit.io import write_text
+from miaudit.pipeline_models import forgetting_models, resolve_recipes, train_design
 from miaudit.protocol import Design, make_design, make_split
 from miaudit.report import format_table, write_report
 from miaudit.report.plots import calibration_figure
@@ -30,9 +31,7 @@ from miaudit.signals import SignalBank
 from miaudit.signals.boundary import boundary_distances
 from miaudit.signals.defences import apply_defence
 from miaudit.signals.query import per_sample_grad_norms, query_logits
-from miaudit.train import ModelCache, Recipe, TrainedModel, key_for
-from miaudit.train.cache import forgetting_key
-from miaudit.train.forgetting import forget
+from miaudit.train import ModelCache, TrainedModel
 
 # Attacks that read only query 0 of the target (the rest average over all queries).
 _SINGLE_QUERY = {
@@ -70,77 +69,6 @@ class BuiltBank:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def _recipes(cfg: RunConfig) -> tuple[Recipe, Recipe]:
-    target = Recipe.from_dict(cfg.recipe)
-    reference = target if cfg.reference_recipe is None else Recipe.from_dict(cfg.reference_recipe)
-    return target, reference
-
-
-def _train_design(
-    cfg: RunConfig, dataset: Dataset, design: Design, cache: ModelCache, device: str,
-    progress: bool,
-) -> list[TrainedModel]:
-    """Every model of the design, from the cache or trained (models sharing a recipe train
-    together, stacked where the trainer can)."""
-    target_recipe, reference_recipe = _recipes(cfg)
-    seeds = [cfg.seed * 10_000 + m for m in range(design.n_models)]
-    models: list[TrainedModel | None] = [None] * design.n_models
-    others = [m for m in range(design.n_models) if m != design.target]
-    if target_recipe == reference_recipe:  # one call: all models can train stacked together
-        plan = [(target_recipe, [design.target, *others])]
-    else:
-        plan = [(target_recipe, [design.target]), (reference_recipe, others)]
-    for recipe, members in plan:
-        if not members:
-            continue
-        trained = cache.get_or_train_many(
-            dataset.fingerprint(),
-            [(design.training_rows(m), seeds[m]) for m in members],
-            recipe,
-            device,
-            features=dataset.features,
-            labels=dataset.labels,
-            num_classes=dataset.num_classes,
-            progress=progress,
-        )
-        for m, model in zip(members, trained, strict=True):
-            models[m] = model
-    return [m for m in models if m is not None]
-
-
-def _forgetting_models(
-    cfg: RunConfig, dataset: Dataset, design: Design, target: TrainedModel, cache: ModelCache,
-    device: str,
-) -> list[TrainedModel]:
-    """Calibration-via-forgetting copies of the target, fine-tuned on the public pool."""
-    if cfg.forgetting.models == 0:
-        return []
-    if design.split.public.size == 0:
-        raise ConfigError("forgetting needs a public pool: give split.public some samples.")
-    changes = {"epochs": cfg.forgetting.epochs}
-    if cfg.forgetting.lr is not None:
-        changes["lr"] = cfg.forgetting.lr
-    if cfg.forgetting.batch_size is not None:
-        changes["batch_size"] = cfg.forgetting.batch_size
-    recipe = target.recipe.replace(**changes)
-    rows = np.sort(design.split.public)
-    target_key = key_for(dataset.fingerprint(), design.training_rows(design.target),
-                         target.recipe, target.seed, dataset.num_classes)
-    copies = []
-    for k in range(cfg.forgetting.models):
-        seed = cfg.seed * 10_000 + 5_000 + k
-        key = forgetting_key(target_key, dataset.fingerprint(), rows, recipe, seed)
-        copies.append(cache.get_or_make(
-            key,
-            lambda seed=seed: forget(target, recipe, dataset.features, dataset.labels, rows,
-                                     seed, device),
-            recipe=recipe, seed=seed, input_shape=target.input_shape,
-            num_classes=dataset.num_classes, device=device,
-            dataset_fingerprint=dataset.fingerprint(), indices=rows,
-        ))
-    return copies
-
-
 def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     """Train or load every model of the design and query them into a bank."""
     device = resolve_device(cfg.device)
@@ -151,12 +79,29 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     design = make_design(split, cfg.models, cfg.design, cfg.seed, cfg.target)
     cache = ModelCache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
     start = time.perf_counter()
-    models = _train_design(cfg, dataset, design, cache, device, progress)
-    copies = _forgetting_models(cfg, dataset, design, models[design.target], cache, device)
+    models = train_design(cfg, dataset, design, cache, device, progress)
+    copies = forgetting_models(cfg, dataset, design, models[design.target], cache, device)
     train_wall = time.perf_counter() - start
-    rows = split.rows
     queries = cfg.signals.queries or (["plain", "mirror"] if dataset.kind == "image" else ["plain"])
     start = time.perf_counter()
+    bank, forgetting_bank = query_bank(cfg, dataset, design, models, copies, queries, device,
+                                       progress)  # fmt: skip
+    return BuiltBank(
+        bank=bank, design=design, dataset=dataset, models=models, queries=list(queries),
+        trained=cache.stats.misses, reused=cache.stats.hits, forgetting=copies,
+        forgetting_bank=forgetting_bank,
+        info={"query_seconds": time.perf_counter() - start, "device": device,
+              "train_wall_seconds": train_wall},
+    )
+
+
+def query_bank(
+    cfg: RunConfig, dataset: Dataset, design: Design, models: list[TrainedModel],
+    copies: list[TrainedModel], queries: list[str], device: str, progress: bool,
+) -> tuple[SignalBank, SignalBank | None]:  # fmt: skip
+    """Query the design's ``models`` (and forgetting ``copies``) on every sample of the split:
+    the bank, and the forgetting bank (None without copies)."""
+    rows = design.split.rows
     everyone = models + copies
     logits = query_logits(
         [tm.module for tm in everyone], dataset.features, rows, queries, dataset.kind, device,
@@ -199,13 +144,7 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
             channels={k: np.concatenate([v[[design.target]], v[n:]])
                       for k, v in channels.items()},
         )
-    return BuiltBank(
-        bank=bank, design=design, dataset=dataset, models=models, queries=list(queries),
-        trained=cache.stats.misses, reused=cache.stats.hits, forgetting=copies,
-        forgetting_bank=forgetting_bank,
-        info={"query_seconds": time.perf_counter() - start, "device": device,
-              "train_wall_seconds": train_wall},
-    )
+    return bank, forgetting_bank
 
 
 def model_accuracies(bank: SignalBank) -> list[dict[str, Any]]:
@@ -352,6 +291,7 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
     )
     result.outcomes += _forgetting_outcomes(cfg, built)
     result.meta.update({
+        "recipes": resolve_recipes(cfg).describe(),
         "run": cfg.name,
         "seed": cfg.seed,
         "dataset": built.dataset.name,
@@ -370,9 +310,18 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
         "seconds": round(time.perf_counter() - start, 1),
         "config": cfg.to_dict(),
     })
+    checkpoints = None
+    if built.models[built.design.target].checkpoints:
+        from miaudit.pipeline_checkpoints import audit_checkpoints, markdown_table
+
+        checkpoints = audit_checkpoints(cfg, built, result, out, progress)
+        result.meta["checkpoints"] = checkpoints
     figure = calibration_figure(result)
     write_report(result, out, extra_figures={"calibration": figure} if figure else None)
     if echo:
         print(format_table(result))
+        if checkpoints:
+            print("\ncheckpoints (target and references at the same position):\n"
+                  + markdown_table(checkpoints, cfg.metrics.fprs))
         print(f"\nreport: {out / 'report.html'}")
     return result, out

@@ -21,7 +21,7 @@ def test_unknown_architecture_suggests_and_lists():
 def test_unknown_parameter_names_valid_ones():
     with pytest.raises(ConfigError, match="hidden"):
         build_model("mlp", (4,), 2, hiden=3)
-    assert model_params("mlp") == ["hidden", "activation"]
+    assert model_params("mlp") == ["hidden", "activation", "dropout"]
 
 
 @pytest.mark.parametrize("arch", ["mlp", "mnist-cnn", "cifar-cnn"])
@@ -71,3 +71,28 @@ def test_image_architectures_reject_bad_shapes():
         build_model("cifar-cnn", (40,), 2)
     with pytest.raises(ConfigError, match="channels-first"):
         build_model("resnet18", (32, 32, 3), 10)
+
+
+@pytest.mark.parametrize(("arch", "shape"), [("mlp", (1, 8, 8)), ("cifar-cnn", (3, 8, 8))])
+def test_dropout_is_off_by_default_and_drops_in_training_only(arch, shape):
+    torch.manual_seed(0)
+    plain = build_model(arch, shape, 10)
+    torch.manual_seed(0)
+    dropped = build_model(arch, shape, 10, dropout=0.5)
+    # Same parameters (dropout has none), so dropout never changes what the cache stores.
+    assert plain.state_dict().keys() == dropped.state_dict().keys()
+    assert isinstance(plain.drop, torch.nn.Identity)
+    assert isinstance(dropped.drop, torch.nn.Dropout) and dropped.drop.p == 0.5
+    x = torch.randn(3, *shape)
+    with torch.no_grad():
+        assert torch.equal(plain.eval()(x), dropped.eval()(x))
+        dropped.train()
+        assert not torch.equal(dropped(x), dropped(x))  # fresh masks on every call
+
+
+@pytest.mark.parametrize("bad", [1.0, -0.2, "0.5", True])
+def test_bad_dropout_rates(bad):
+    with pytest.raises(ConfigError, match="dropout"):
+        build_model("mlp", (4,), 2, dropout=bad)
+    with pytest.raises(ConfigError, match="dropout"):
+        build_model("cifar-cnn", (1, 8, 8), 2, dropout=bad)

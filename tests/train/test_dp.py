@@ -67,13 +67,13 @@ def test_noise_search_is_opacus_get_noise_multiplier(monkeypatch):
 def test_prv_accountant_records_what_a_fresh_prv_accountant_computes(data, monkeypatch):
     # The PRV noise search takes ~10 s here; the search is the same code as for RDP (tested
     # above), so fix the noise and check the PRV accounting of the training run.
-    monkeypatch.setattr(dp, "noise_multiplier", lambda *args: 1.0)
+    monkeypatch.setattr(dp, "find_noise", lambda *args: dp.NoiseSearch(1.0))
     x, y = data
     recipe = Recipe(epochs=1, batch_size=128, dp={"epsilon": 4.0, "delta": 1e-4})
     model = train_model(recipe, x, y, np.arange(N), seed=0, progress=False)
     p = model.privacy
     assert p["accountant"] == "prv" and p["delta"] == 1e-4 and p["steps"] == 2
-    assert p["noise_multiplier"] == 1.0
+    assert p["noise_multiplier"] == 1.0 and p["search_bounded"] is False
     fresh = _accountant_epsilon(PRVAccountant(), p)
     assert p["epsilon_spent"] == pytest.approx(fresh, abs=0.02)
 
@@ -142,3 +142,88 @@ def test_keys_defaults_and_stacking():
     assert stacked.can_stack(Recipe()) and not stacked.can_stack(DP_RECIPE)
     with pytest.raises(ConfigError, match="epochs"):
         Recipe(epochs=0, dp={"epsilon": 8.0})
+
+
+class FakeAccountant:
+    """A monotone epsilon(sigma) standing in for PRV: lets the search logic be compared with
+    Opacus's own get_noise_multiplier in milliseconds. Raises past a grid bound if given."""
+
+    def __init__(self, bound_sigma=None):
+        self.history, self.bound_sigma = [], bound_sigma
+
+    def get_epsilon(self, delta, **kwargs):
+        sigma = self.history[0][0]
+        if self.bound_sigma is not None and sigma < self.bound_sigma:
+            raise dp.PRVGridTooLarge("too many points")
+        return 3.0 / sigma**2
+
+
+def test_prv_search_is_opacus_search_step_for_step(monkeypatch):
+    import opacus.accountants.utils as utils
+
+    dp.find_noise.cache_clear()
+    monkeypatch.setattr(utils, "create_accountant", lambda mechanism: FakeAccountant())
+    monkeypatch.setattr(dp, "bounded_prv_accountant", lambda points: FakeAccountant())
+    for eps in (0.5, 8.0, 1000.0):
+        expected = utils.get_noise_multiplier(target_epsilon=eps, target_delta=1e-5,
+                                              sample_rate=0.1, epochs=3, accountant="prv")
+        assert dp._prv_search(eps, 1e-5, 0.1, 3) == (expected, False)
+    # Past the grid bound sigmas count as "too little noise": a larger sigma, flagged.
+    monkeypatch.setattr(dp, "bounded_prv_accountant", lambda points: FakeAccountant(0.1))
+    sigma, bounded = dp._prv_search(1000.0, 1e-5, 0.1, 3)
+    assert bounded and 0.1 <= sigma <= 0.1001 and 3.0 / sigma**2 < 1000.0
+    with pytest.raises(ValueError, match="too low"):
+        monkeypatch.setattr(dp, "bounded_prv_accountant", lambda points: FakeAccountant(1e7))
+        dp._prv_search(1.0, 1e-5, 0.1, 3)
+    dp.find_noise.cache_clear()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_bounded_prv_accountant_is_opacus_prv_below_the_bound():
+    history = [(1.0, 0.25, 8)]
+    plain, bounded = PRVAccountant(), dp.bounded_prv_accountant(1e9)
+    plain.history, bounded.history = list(history), list(history)
+    assert bounded.get_epsilon(delta=1e-5) == plain.get_epsilon(delta=1e-5)
+    tight = dp.bounded_prv_accountant(1000)
+    tight.history = list(history)
+    with pytest.raises(dp.PRVGridTooLarge):
+        tight.get_epsilon(delta=1e-5)
+
+
+def test_auto_accountant_is_prv_up_to_100_and_rdp_above(caplog):
+    assert Recipe(dp={"epsilon": 100}).dp["accountant"] == "prv"
+    with caplog.at_level("WARNING"):
+        big = Recipe(dp={"epsilon": 1000.0})
+    assert big.dp["accountant"] == "rdp" and "RDP accountant" in caplog.text
+    assert Recipe(dp={"epsilon": 1000.0, "accountant": "auto"}) == big
+    assert Recipe(dp={"epsilon": 1000.0, "accountant": "prv"}).dp["accountant"] == "prv"
+    # the resolved name is what the key holds, so the old PRV default keeps its keys
+    assert Recipe(dp={"epsilon": 8.0, "accountant": "auto"}).key() == Recipe(
+        dp={"epsilon": 8.0, "accountant": "prv"}).key()  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_epsilon_1000_trains_with_rdp_and_checkpoints_carry_their_epsilon(tmp_path, data):
+    from miaudit.train import CheckpointSpec
+
+    x, y = data
+    recipe = Recipe(epochs=2, batch_size=64, lr=0.1, label_smoothing=0.1,
+                    arch_params={"dropout": 0.2}, dp={"epsilon": 1000.0})  # fmt: skip
+    cache = ModelCache(tmp_path)
+    (model,) = cache.get_or_train_many("fp", [(np.arange(N), 0)], recipe, features=x,
+                                       labels=y, progress=False,
+                                       checkpoints=CheckpointSpec(epochs=[1]))  # fmt: skip
+    p = model.privacy
+    assert p["accountant"] == "rdp" and not p["search_bounded"]
+    assert 1000.0 - 0.011 <= p["epsilon_spent"] <= 1000.0
+    assert p["epsilon_spent"] == pytest.approx(_accountant_epsilon(RDPAccountant(), p), rel=1e-9)
+    half = model.checkpoints["epoch1"]
+    assert half.step == 4 and half.privacy["steps"] == 4
+    assert half.privacy["noise_multiplier"] == p["noise_multiplier"]
+    fresh = _accountant_epsilon(RDPAccountant(), half.privacy)
+    assert half.privacy["epsilon_spent"] == pytest.approx(fresh) and fresh < p["epsilon_spent"]
+    again = ModelCache(tmp_path).get_or_train_many(
+        "fp", [(np.arange(N), 0)], recipe, features=x, labels=y, progress=False,
+        checkpoints=CheckpointSpec(epochs=[1]),
+    )[0]  # fmt: skip
+    assert again.checkpoints["epoch1"].privacy == half.privacy

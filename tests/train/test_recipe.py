@@ -43,6 +43,7 @@ def test_key_ignores_spelling_of_equal_values():
         {"batch_size": 64},
         {"augment": ["mirror"]},
         {"dp": {"epsilon": 8.0}},
+        {"label_smoothing": 0.1},
     ],
 )
 def test_key_changes_with_every_field(change):
@@ -51,7 +52,7 @@ def test_key_changes_with_every_field(change):
 
 def test_every_field_is_covered_by_the_sensitivity_test():
     names = {f.name for f in dataclasses.fields(Recipe)}
-    assert len(names) == 12, "new field: add it to test_key_changes_with_every_field"
+    assert len(names) == 13, "new field: add it to test_key_changes_with_every_field"
 
 
 def test_round_trip_and_frozen():
@@ -98,3 +99,33 @@ def test_cosine_schedule_reaches_zero():
     assert lr_at(recipe, total - 1, total) < 1e-4
     assert lr_at(recipe, total, total) == pytest.approx(0.0, abs=1e-12)
     assert lr_at(recipe.replace(schedule="constant"), total - 1, total) == 0.1
+
+
+def test_new_fields_at_their_defaults_keep_old_keys():
+    # label_smoothing 0 and dropout 0 (mlp, cifar-cnn) mean "not used": same recipe, same key.
+    assert Recipe(label_smoothing=0).key() == Recipe().key() == Recipe(label_smoothing=0.0).key()
+    assert Recipe(arch_params={"dropout": 0}) == Recipe()
+    assert Recipe(arch_params={"dropout": 0.0}).key() == Recipe().key()
+    cifar = Recipe(architecture="cifar-cnn", arch_params={"channels": [4, 8]})
+    assert cifar.replace(arch_params={"channels": [4, 8], "dropout": 0}).key() == cifar.key()
+    assert Recipe(arch_params={"dropout": 0.5}).key() != Recipe().key()
+    # mnist-cnn's dropout rates are not new: spelled out they stay in the key as before.
+    cnn = Recipe(architecture="mnist-cnn", arch_params={"fc_dropout": 0.5})
+    assert cnn.arch_params == {"fc_dropout": 0.5}
+
+
+@pytest.mark.parametrize("bad", [1.0, -0.1, 2])
+def test_label_smoothing_range(bad):
+    with pytest.raises(ConfigError, match="label_smoothing"):
+        Recipe(label_smoothing=bad)
+
+
+def test_plain_drops_augmentation_regularisation_and_dp():
+    fancy = Recipe(
+        arch_params={"hidden": 32, "dropout": 0.3}, weight_decay=5e-4, label_smoothing=0.1,
+        augment=["mirror"], lr=0.05, epochs=7,
+    )  # fmt: skip
+    plain = fancy.plain()
+    assert plain == Recipe(arch_params={"hidden": 32}, lr=0.05, epochs=7)
+    dp = Recipe(architecture="mnist-cnn", arch_params={"conv_dropout": 0.1}, dp={"epsilon": 8})
+    assert dp.plain() == Recipe(architecture="mnist-cnn")

@@ -82,7 +82,10 @@ class MnistCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
-def _check_rate(name: str, value: float) -> float:
+def check_rate(name: str, value: float) -> float:
+    """A dropout rate as a float in [0, 1); ConfigError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number in [0, 1), got {value!r}.")
     value = float(value)
     if not 0.0 <= value < 1.0:
         raise ConfigError(f"{name} must be in [0, 1), got {value}.")
@@ -109,16 +112,21 @@ def mnist_cnn(
         shape,
         num_classes,
         int(padding),
-        _check_rate("conv_dropout", conv_dropout),
-        _check_rate("fc_dropout", fc_dropout),
+        check_rate("conv_dropout", conv_dropout),
+        check_rate("fc_dropout", fc_dropout),
     )
 
 
 class CifarCNN(nn.Module):
-    """Conv(k3, same padding) -> ReLU -> AvgPool(2) blocks, then one linear layer."""
+    """Conv(k3, same padding) -> ReLU -> AvgPool(2) blocks, then (dropout and) one linear
+    layer."""
 
     def __init__(
-        self, shape: tuple[int, int, int], num_classes: int, channels: Sequence[int]
+        self,
+        shape: tuple[int, int, int],
+        num_classes: int,
+        channels: Sequence[int],
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         c, h, w = shape
@@ -131,10 +139,12 @@ class CifarCNN(nn.Module):
             c = out
         layers.append(nn.Flatten())
         self.features = nn.Sequential(*layers)
+        # Identity at 0: exactly the dropout-free network.
+        self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.head = nn.Linear(c * h * w, num_classes)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.features(x))
+        return self.head(self.drop(self.features(x)))
 
 
 @register_model("cifar-cnn")
@@ -142,10 +152,12 @@ def cifar_cnn(
     input_shape: tuple[int, ...],
     num_classes: int,
     channels: Sequence[int] = (32, 64, 64, 128),
+    dropout: float = 0.0,
 ) -> nn.Module:
-    """Watson et al.'s CIFAR CNN: 4 conv layers (32/64/64/128), ReLU and 2x2 average pooling."""
+    """Watson et al.'s CIFAR CNN: 4 conv layers (32/64/64/128), ReLU and 2x2 average pooling;
+    ``dropout`` (default 0: none) drops features before the linear head while training."""
     shape = image_shape(input_shape, "cifar-cnn")
     widths = [int(ch) for ch in channels]
     if not widths or any(ch < 1 for ch in widths):
         raise ConfigError(f"cifar-cnn channels must be positive integers, got {channels!r}.")
-    return CifarCNN(shape, num_classes, widths)
+    return CifarCNN(shape, num_classes, widths, check_rate("dropout", dropout))

@@ -1,6 +1,7 @@
 """Training: recipes, the fast training loop, and the content-addressed model cache."""
 
 from miaudit.train.cache import CacheStats, ModelCache, indices_digest, key_for
+from miaudit.train.checkpoints import CheckpointSpec, checkpoint_key
 from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import (
     EpochInfo,
@@ -13,10 +14,12 @@ from miaudit.train.trainer import (
 
 __all__ = [
     "CacheStats",
+    "CheckpointSpec",
     "EpochInfo",
     "ModelCache",
     "Recipe",
     "TrainedModel",
+    "checkpoint_key",
     "indices_digest",
     "key_for",
     "lr_at",

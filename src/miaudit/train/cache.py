@@ -26,7 +26,13 @@ from miaudit import __version__
 from miaudit.errors import CacheError
 from miaudit.io import atomic_path, write_json
 from miaudit.models import build_model
-from miaudit.train import trainer
+from miaudit.train import dp, trainer
+from miaudit.train.checkpoints import (
+    CheckpointSpec,
+    checkpoint_key,
+    steps_per_epoch,
+    total_steps,
+)
 from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import ArrayLike, TrainedModel
 
@@ -146,6 +152,7 @@ class ModelCache:
         num_threads: int | None = None,
         workers: int | None = None,
         max_stack: int = trainer.MAX_STACK,
+        checkpoints: CheckpointSpec | None = None,
     ) -> list[TrainedModel]:
         """The cached model of each ``(indices, seed)`` job, training all misses together.
 
@@ -154,18 +161,36 @@ class ModelCache:
         go to it) and each is stored as it would be by :meth:`get_or_train`, under the same
         key, so either entry point finds the other's models. Jobs with the same key (same
         rows and seed) train once and share one model. Models come back in job order.
+
+        With ``checkpoints``, each model's ``checkpoints`` maps labels (``epoch5``, ...) to the
+        models kept along its run, each cached under :func:`checkpoint_key` (the run's key and
+        the step); a run whose checkpoints are not all cached is trained again, once.
         """
         n_classes = trainer.infer_num_classes(labels) if num_classes is None else num_classes
         input_shape = tuple(int(d) for d in features.shape[1:])
         keys = [key_for(dataset_fingerprint, idx, recipe, seed, num_classes) for idx, seed in jobs]
+        # Checkpoint positions of every job, checked before anything trains.
+        sizes = [len(trainer.check_indices(idx, len(features))) for idx, _ in jobs]
+        positions = [checkpoints.positions(recipe, n) if checkpoints else {} for n in sizes]
         found: dict[str, TrainedModel] = {}
-        missing: dict[str, tuple[ArrayLike, int]] = {}
-        for key, (indices, seed) in zip(keys, jobs, strict=True):
+        missing: dict[str, tuple[ArrayLike, int, int]] = {}
+        for j, (key, (indices, seed)) in enumerate(zip(keys, jobs, strict=True)):
             if key in found or key in missing:
                 continue
-            model = self._try_load(key, recipe, seed, input_shape, int(n_classes), device)
+            args = (recipe, seed, input_shape, int(n_classes), device)
+            model = self._try_load(key, *args)
+            if model is not None and positions[j]:
+                total = total_steps(recipe, sizes[j])
+                for label, step in positions[j].items():
+                    kept = model if step == total else self._try_load(
+                        checkpoint_key(key, step), *args
+                    )  # fmt: skip
+                    if kept is None:  # a checkpoint is missing: train the run again
+                        model = None
+                        break
+                    model.checkpoints[label] = kept
             if model is None:
-                missing[key] = (indices, int(seed))
+                missing[key] = (indices, int(seed), j)
             else:
                 self.stats.hits += 1
                 found[key] = model
@@ -176,20 +201,58 @@ class ModelCache:
                 recipe,
                 features,
                 labels,
-                [indices for _, (indices, _) in todo],
-                [seed for _, (_, seed) in todo],
+                [indices for _, (indices, _, _) in todo],
+                [seed for _, (_, seed, _) in todo],
                 device,
                 num_classes=n_classes,
                 progress=progress,
                 num_threads=num_threads,
                 workers=workers,
                 max_stack=max_stack,
+                checkpoints=checkpoints,
             )
-            for (key, (indices, _)), model in zip(todo, trained, strict=True):
+            for (key, (indices, _, j)), model in zip(todo, trained, strict=True):
                 model.module.to(device)
                 self._store(key, model, dataset_fingerprint, indices)
+                for label, step in positions[j].items():
+                    kept = self._checkpoint(model, step, device)
+                    if kept is not model:
+                        self._store(checkpoint_key(key, step), kept, dataset_fingerprint,
+                                    indices, run_key=key)  # fmt: skip
+                    model.checkpoints[label] = kept
+                model.snapshots = {}  # now in the checkpoint models
                 found[key] = model
         return [found[key] for key in keys]
+
+    @staticmethod
+    def _checkpoint(model: TrainedModel, step: int, device: str | torch.device) -> TrainedModel:
+        """The checkpoint of ``model``'s run after optimizer step ``step`` (the model itself
+        for its last step). Time is the run's, prorated by steps."""
+        total = total_steps(model.recipe, model.n_train)
+        if step == total:
+            return model
+        if step not in model.snapshots:
+            raise CacheError(f"training kept no snapshot at step {step}")
+        recipe = model.recipe
+        with trainer.isolated_rng(torch.device("cpu"), 0):
+            module = build_model(
+                recipe.architecture, model.input_shape, model.num_classes, **recipe.arch_params
+            )
+        module.load_state_dict(model.snapshots[step], strict=True)
+        epochs_done = step // steps_per_epoch(recipe, model.n_train)
+        return TrainedModel(
+            module=module.to(device).eval(),
+            recipe=recipe,
+            seed=model.seed,
+            train_seconds=model.train_seconds * step / total,
+            samples_per_second=model.samples_per_second,
+            n_train=model.n_train,
+            num_classes=model.num_classes,
+            input_shape=model.input_shape,
+            losses=model.losses[:epochs_done],
+            privacy=dp.privacy_at(model.privacy, step) if model.privacy else None,
+            step=step,
+        )
 
     def get_or_make(
         self,
@@ -291,10 +354,16 @@ class ModelCache:
             losses=[float(v) for v in meta.get("losses", [])],
             from_cache=True,
             privacy=meta.get("privacy"),  # DP-SGD models only
+            step=meta.get("checkpoint_step"),  # checkpoints only
         )
 
     def _store(
-        self, key: str, model: TrainedModel, dataset_fingerprint: str, indices: ArrayLike
+        self,
+        key: str,
+        model: TrainedModel,
+        dataset_fingerprint: str,
+        indices: ArrayLike,
+        run_key: str | None = None,
     ) -> None:
         state = {k: v.detach().cpu().contiguous() for k, v in model.module.state_dict().items()}
         with atomic_path(self.weights_path(key)) as tmp:
@@ -316,6 +385,8 @@ class ModelCache:
             "losses": model.losses,
             "privacy": model.privacy,
             "weights_sha256": digest,
+            "checkpoint_step": model.step,  # None: the run's final model
+            "checkpoint_of": run_key,
             "miaudit_version": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }

@@ -3,10 +3,18 @@ recipe with ``dp`` set.
 
 ``recipe.dp`` (validated by :func:`miaudit.train.recipe.check_dp`) names a target ``epsilon``,
 ``delta`` (default 1e-5), the per-sample clipping norm ``max_grad_norm`` and Opacus's
-``accountant`` (``"prv"`` or ``"rdp"``). The noise multiplier is the smallest one the accountant
-finds that reaches the target over ``recipe.epochs`` epochs; the epsilon actually spent, read
-back from the same accountant after training, is recorded in :attr:`TrainedModel.privacy`
-(and stored with the model by the cache).
+``accountant`` (``"prv"`` or ``"rdp"``; the default ``"auto"`` is PRV up to epsilon 100 and RDP
+above, resolved in the recipe). The noise multiplier is the smallest one the accountant finds
+that reaches the target over ``recipe.epochs`` epochs; the epsilon actually spent, read back
+from the same accountant after training, is recorded in :attr:`TrainedModel.privacy` (and
+stored with the model by the cache), with the accountant's name.
+
+PRV at large epsilon: Opacus's PRV accountant discretises the privacy loss on a grid whose size
+grows with epsilon (its noise search at epsilon 1,000 outgrew 11 GiB). The PRV search here is
+Opacus's, step for step, except that it never evaluates a noise whose grid exceeds
+``PRV_MAX_GRID_POINTS`` (it counts as too little noise): the answer is then larger noise than
+needed, flagged ``search_bounded`` in the privacy record and in a warning, never less privacy.
+Checkpoints (``checkpoints``) carry the epsilon spent up to their step (:func:`privacy_at`).
 
 This is the one training path that uses a ``DataLoader`` instead of the resident-tensor
 batching of ``trainer.py``: the privacy guarantee rests on Poisson sampling of the batches
@@ -24,9 +32,11 @@ and swapping it for GroupNorm would change the architecture the model cache rebu
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 import warnings
+from typing import Any, NamedTuple
 
 import torch
 from torch.nn import functional as F
@@ -36,36 +46,142 @@ from tqdm.auto import tqdm
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
 from miaudit.train import trainer
-from miaudit.train.recipe import Recipe
+from miaudit.train.checkpoints import CheckpointSpec
+from miaudit.train.recipe import PRV_MAX_AUTO_EPSILON, Recipe
 from miaudit.train.trainer import ArrayLike, EpochCallback, EpochInfo, TrainedModel
+
+log = logging.getLogger(__name__)
+
+
+# PRV accounting discretises the privacy loss on ~2 L / mesh points and needs ~200 bytes a point
+# (measured: 1.05e7 points, 2.0 GiB peak, 15 s); this bound keeps one evaluation under ~1 GiB.
+PRV_MAX_GRID_POINTS = 5_000_000
+EPSILON_TOLERANCE = 0.01  # Opacus's get_noise_multiplier default
+MAX_SIGMA = 1e6  # Opacus's: "The privacy budget is too low" beyond it
+
+
+class NoiseSearch(NamedTuple):
+    """The noise multiplier found for a target, and whether the PRV grid bound cut the search
+    short (then the noise is larger than needed and the spent epsilon below the target)."""
+
+    sigma: float
+    bounded: bool = False
+
+
+class PRVGridTooLarge(Exception):
+    """The PRV accountant's grid would exceed ``PRV_MAX_GRID_POINTS``."""
+
+
+def bounded_prv_accountant(max_points: float) -> Any:
+    """An Opacus ``PRVAccountant`` that raises :class:`PRVGridTooLarge` instead of building a
+    grid of more than ``max_points`` points (the check runs after its domain is computed, before
+    anything large is allocated; below the bound it is Opacus's accountant unchanged)."""
+    from opacus.accountants import PRVAccountant
+
+    class BoundedPRVAccountant(PRVAccountant):
+        def _get_domain(self, *args: Any, **kwargs: Any) -> Any:
+            domain = super()._get_domain(*args, **kwargs)
+            if domain.size > max_points:
+                raise PRVGridTooLarge(f"{domain.size} grid points > {max_points}")
+            return domain
+
+    return BoundedPRVAccountant()
+
+
+def epsilon_spent(accountant: str, sigma: float, sample_rate: float, steps: int, delta: float
+                  ) -> float:  # fmt: skip
+    """Epsilon of ``steps`` DP-SGD steps at noise ``sigma`` by a fresh Opacus accountant."""
+    from opacus.accountants import create_accountant
+
+    acc = create_accountant(mechanism=accountant)
+    acc.history = [(sigma, sample_rate, steps)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # RDP: "optimal order is the largest"
+        return float(acc.get_epsilon(delta=delta))
+
+
+def _prv_search(epsilon: float, delta: float, sample_rate: float, epochs: int) -> NoiseSearch:
+    """Opacus's ``get_noise_multiplier`` for the PRV accountant, step for step (same sigmas,
+    same answer), except that a sigma whose PRV grid exceeds ``PRV_MAX_GRID_POINTS`` is never
+    evaluated: it is treated as too little noise, which can only make the answer larger (more
+    private than the target, never less)."""
+    steps = int(epochs / sample_rate)
+    bounded = False
+
+    accountant = bounded_prv_accountant(PRV_MAX_GRID_POINTS)
+
+    def eps_at(sigma: float) -> float:
+        nonlocal bounded
+        accountant.history = [(sigma, sample_rate, steps)]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                return float(accountant.get_epsilon(delta=delta))
+        except PRVGridTooLarge:
+            bounded = True
+            return math.inf
+
+    eps_high, sigma_low, sigma_high = math.inf, 0.0, 10.0
+    while eps_high > epsilon:
+        sigma_high = 2 * sigma_high
+        eps_high = eps_at(sigma_high)
+        if sigma_high > MAX_SIGMA:
+            too_big = " (the PRV grid is too large: use the rdp accountant)" if bounded else ""
+            raise ValueError(f"The privacy budget is too low{too_big}.")
+    while epsilon - eps_high > EPSILON_TOLERANCE:
+        if bounded and sigma_high - sigma_low < 1e-3 * sigma_high:
+            break  # the grid bound lies in between: no closer sigma can be evaluated
+        sigma = (sigma_low + sigma_high) / 2
+        eps = eps_at(sigma)
+        if eps < epsilon:
+            sigma_high, eps_high = sigma, eps
+        else:
+            sigma_low = sigma
+    return NoiseSearch(float(sigma_high), bounded)
 
 
 @functools.lru_cache(maxsize=256)
-def noise_multiplier(
+def find_noise(
     epsilon: float, delta: float, sample_rate: float, epochs: int, accountant: str
-) -> float:
-    """Opacus's noise multiplier for the target, exactly as ``make_private_with_epsilon``
-    finds it (``get_noise_multiplier``, default tolerance); memoised, since the search takes
-    seconds and every reference model of an audit asks the same question."""
+) -> NoiseSearch:
+    """Opacus's noise multiplier for the target, as ``make_private_with_epsilon`` finds it
+    (``get_noise_multiplier``, default tolerance; for PRV the same search with the grid bound
+    of :func:`_prv_search`); memoised, since the search takes seconds and every reference model
+    of an audit asks the same question."""
     from opacus.accountants.utils import get_noise_multiplier
 
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # RDP: "optimal order is the largest"
-            return float(
-                get_noise_multiplier(
-                    target_epsilon=epsilon,
-                    target_delta=delta,
-                    sample_rate=sample_rate,
-                    epochs=epochs,
-                    accountant=accountant,
-                )
-            )
+        if accountant == "prv":
+            found = _prv_search(epsilon, delta, sample_rate, epochs)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # RDP: "optimal order is ..."
+                found = NoiseSearch(float(get_noise_multiplier(
+                    target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
+                    epochs=epochs, accountant=accountant,
+                )))  # fmt: skip
     except ValueError as exc:  # "The privacy budget is too low."
         raise ConfigError(
             f"no noise multiplier reaches epsilon={epsilon}, delta={delta} over {epochs} "
             f"epochs at sample rate {sample_rate}: {exc}"
         ) from exc
+    if found.bounded:
+        log.warning(
+            "PRV accounting near the target epsilon=%g needs more than %d grid points (about "
+            "%.0f GiB); the noise search stopped at sigma=%.4g, which spends less than the "
+            "target (the model's privacy record holds the epsilon spent). Use dp.accountant: "
+            "rdp (the default above epsilon %g) to reach large targets.",
+            epsilon, PRV_MAX_GRID_POINTS, PRV_MAX_GRID_POINTS * 200 / 2**30, found.sigma,
+            PRV_MAX_AUTO_EPSILON,
+        )  # fmt: skip
+    return found
+
+
+def noise_multiplier(
+    epsilon: float, delta: float, sample_rate: float, epochs: int, accountant: str
+) -> float:
+    """The noise multiplier :func:`find_noise` finds."""
+    return find_noise(epsilon, delta, sample_rate, epochs, accountant).sigma
 
 
 def train_model_dp(
@@ -80,13 +196,15 @@ def train_model_dp(
     *,
     on_epoch_end: EpochCallback | None = None,
     desc: str = "training (DP-SGD)",
+    checkpoints: CheckpointSpec | None = None,
 ) -> TrainedModel:
     """Train ``recipe`` (which must have ``dp`` set) with DP-SGD; same seed, same weights.
 
     Arguments are as for :func:`miaudit.train.trainer.train_model`. The returned module is the
     plain architecture (``build_model``'s state-dict keys, no Opacus wrapper) in eval mode;
     ``privacy`` holds ``epsilon_spent``, ``target_epsilon``, ``delta``, ``noise_multiplier``,
-    ``max_grad_norm``, ``accountant``, ``sample_rate`` and ``steps``.
+    ``max_grad_norm``, ``accountant``, ``sample_rate``, ``steps`` and ``search_bounded``
+    (see :func:`find_noise`). ``checkpoints`` keeps ``snapshots`` as ``train_model`` does.
     """
     from opacus import PrivacyEngine
     from opacus.validators import ModuleValidator
@@ -116,6 +234,8 @@ def train_model_dp(
     )
     steps_per_epoch = len(loader)
     total_steps = steps_per_epoch * recipe.epochs
+    keep = checkpoints.keep_steps(recipe, n) if checkpoints else set()
+    snapshots: dict[int, dict[str, torch.Tensor]] = {}
 
     losses: list[float] = []
     start = time.perf_counter()
@@ -130,9 +250,10 @@ def train_model_dp(
             )
         module.to(device).train()
         optimizer = trainer.make_optimizer(recipe, list(module.parameters()))
-        sigma = noise_multiplier(
+        search = find_noise(
             dp["epsilon"], dp["delta"], 1.0 / steps_per_epoch, recipe.epochs, dp["accountant"]
         )
+        sigma = search.sigma
         # make_private with the memoised sigma: what make_private_with_epsilon does.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "Secure RNG turned off", ...
@@ -160,7 +281,10 @@ def train_model_dp(
                     for group in dp_optimizer.param_groups:
                         group["lr"] = lr
                     # sum / max(len, 1): the mean, but 0 (not nan) on an empty Poisson batch.
-                    loss_sum = F.cross_entropy(dp_module(xb), yb, reduction="sum")
+                    loss_sum = F.cross_entropy(
+                        dp_module(xb), yb, reduction="sum",
+                        label_smoothing=recipe.label_smoothing,
+                    )  # fmt: skip
                     loss = loss_sum / max(len(yb), 1)
                     dp_optimizer.zero_grad(set_to_none=True)
                     with warnings.catch_warnings():  # "Full backward hook is firing ..."
@@ -170,6 +294,8 @@ def train_model_dp(
                     total += float(loss_sum.detach())
                     count += len(yb)
                     step += 1
+                    if step in keep:
+                        snapshots[step] = trainer.snapshot(module)
                 loss_mean = total / max(count, 1)
                 losses.append(loss_mean)
                 bar.set_postfix(loss=f"{loss_mean:.4f}", lr=f"{lr:.3g}")
@@ -192,6 +318,7 @@ def train_model_dp(
         "accountant": dp["accountant"],
         "sample_rate": 1.0 / steps_per_epoch,
         "steps": step,
+        "search_bounded": search.bounded,
     }
     # A fresh, hook-free copy of the architecture carrying the trained weights.
     with trainer.isolated_rng(torch.device("cpu"), 0):
@@ -209,4 +336,16 @@ def train_model_dp(
         input_shape=input_shape,
         losses=losses,
         privacy=privacy,
+        snapshots=snapshots,
     )
+
+
+def privacy_at(privacy: dict, step: int) -> dict:
+    """The privacy record of a checkpoint after ``step`` of a run whose record is
+    ``privacy``: the same noise and sampling, the epsilon of ``step`` steps by a fresh
+    accountant of the same kind."""
+    spent = epsilon_spent(
+        privacy["accountant"], privacy["noise_multiplier"], privacy["sample_rate"], int(step),
+        privacy["delta"],
+    )  # fmt: skip
+    return {**privacy, "epsilon_spent": spent, "steps": int(step)}

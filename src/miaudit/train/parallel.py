@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from miaudit.models import build_model
+from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.recipe import Recipe
 from miaudit.train.stacked import train_groups
 from miaudit.train.trainer import TrainedModel, isolated_rng
@@ -60,6 +61,7 @@ def _train_group(task: dict[str, Any]) -> list[dict[str, Any]]:
         "cpu",
         task["num_classes"],
         num_threads=None,  # set once by the initializer
+        checkpoints=CheckpointSpec(**task["checkpoints"]) if task["checkpoints"] else None,
     )
     return [_to_plain(m) for m in models]
 
@@ -74,6 +76,10 @@ def _to_plain(model: TrainedModel) -> dict[str, Any]:
         "num_classes": model.num_classes,
         "input_shape": model.input_shape,
         "losses": model.losses,
+        "snapshots": {
+            step: {k: v.numpy() for k, v in state.items()}
+            for step, state in model.snapshots.items()
+        },
     }
 
 
@@ -93,6 +99,10 @@ def _from_plain(plain: dict[str, Any], recipe: Recipe, device: torch.device) -> 
         num_classes=plain["num_classes"],
         input_shape=tuple(plain["input_shape"]),
         losses=list(plain["losses"]),
+        snapshots={
+            int(step): {k: torch.from_numpy(v) for k, v in state.items()}
+            for step, state in plain["snapshots"].items()
+        },
     )
 
 
@@ -107,6 +117,7 @@ def train_groups_in_workers(
     workers: int,
     num_threads: int = 1,
     on_done: Callable[[int], None] | None = None,
+    checkpoints: CheckpointSpec | None = None,
 ) -> list[TrainedModel]:
     """Train each group of jobs (indices into ``index_sets``/``seeds``) in a pool of
     ``workers`` spawned processes; models in job order, on the CPU.
@@ -132,6 +143,7 @@ def train_groups_in_workers(
                     "index_sets": [np.asarray(index_sets[j]) for j in group],
                     "seeds": [int(seeds[j]) for j in group],
                     "num_classes": num_classes,
+                    "checkpoints": checkpoints.to_dict() if checkpoints else None,
                 },
             ): group
             for group in groups

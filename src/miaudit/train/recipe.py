@@ -3,14 +3,18 @@
 A :class:`Recipe` is frozen and hashable; :meth:`Recipe.key` is a stable content hash over every
 field, so the model cache can tell recipes apart. To add a field, give it a default of the right
 type (``int``, ``float``, ``bool``, ``str`` or a mapping); validation and ``from_dict`` pick it up.
+List it in :data:`KEY_NEUTRAL_FIELDS` with its "not used" value so existing keys stay valid (and
+a new architecture parameter in :data:`KEY_NEUTRAL_ARCH_PARAMS`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
+import logging
 import math
 import numbers
 from collections.abc import Iterator, Mapping
@@ -23,6 +27,19 @@ from miaudit.train.augment import normalize_augmentation
 
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("cosine", "constant")
+log = logging.getLogger(__name__)
+
+# Fields added after cache keys were in use, with the value that means "not used": left out of
+# canonical_json at that value, so recipes that do not use them keep their keys.
+KEY_NEUTRAL_FIELDS: dict[str, Any] = {"dp": None, "augment": (), "label_smoothing": 0.0}
+# The same for architecture parameters: dropped from arch_params at that value (so
+# {"dropout": 0} and {} are one recipe).
+KEY_NEUTRAL_ARCH_PARAMS: dict[str, dict[str, Any]] = {
+    "mlp": {"dropout": 0.0},
+    "cifar-cnn": {"dropout": 0.0},
+}
+# Architecture parameters that regularise (reset by Recipe.plain()).
+REGULARISING_ARCH_PARAMS = ("dropout", "conv_dropout", "fc_dropout")
 
 
 def _freeze(value: Any, where: str) -> Any:
@@ -105,17 +122,27 @@ class Recipe:
     dp: Mapping[str, Any] | None = None
     # Batch augmentation steps, e.g. ("crop", "mirror"); see miaudit.train.augment. Image data only.
     augment: tuple = ()
+    # Cross-entropy label smoothing in [0, 1) (F.cross_entropy's label_smoothing); 0: none.
+    label_smoothing: float = 0.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _coerce(f, getattr(self, f.name)))
         check_model_params(self.architecture, self.arch_params)
+        neutral = KEY_NEUTRAL_ARCH_PARAMS.get(self.architecture, {})
+        kept = {
+            k: v for k, v in self.arch_params.items() if not (k in neutral and v == neutral[k])
+        }
+        if len(kept) != len(self.arch_params):
+            object.__setattr__(self, "arch_params", FrozenParams(kept))
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("schedule", self.schedule, SCHEDULES)
         if self.lr < 0:
             raise ConfigError(f"lr must be >= 0, got {self.lr}.")
         if self.momentum < 0 or self.weight_decay < 0:
             raise ConfigError("momentum and weight_decay must be >= 0.")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}.")
         if self.epochs < 0:
             raise ConfigError(f"epochs must be >= 0, got {self.epochs}.")
         if self.batch_size < 1:
@@ -152,16 +179,26 @@ class Recipe:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
 
+    def plain(self) -> Recipe:
+        """This recipe without augmentation, DP-SGD, weight decay, label smoothing and dropout
+        (the dropout parameters go back to the architecture's defaults): how an attacker who
+        does not know the training technique trains its reference models."""
+        params = {k: v for k, v in self.arch_params.items() if k not in REGULARISING_ARCH_PARAMS}
+        return self.replace(
+            arch_params=params, augment=(), dp=None, weight_decay=0.0, label_smoothing=0.0
+        )
+
     def canonical_json(self) -> str:
         """Sorted, compact JSON of every field: the input of :meth:`key`.
 
-        Optional fields that are ``None`` (e.g. ``dp``) or an empty ``augment`` are left out, so
-        adding such a field keeps the keys (and cache entries) of recipes that do not use it.
+        Fields at their value in :data:`KEY_NEUTRAL_FIELDS` (``dp`` None, no ``augment``, no
+        label smoothing) are left out, so adding such a field keeps the keys (and cache
+        entries) of recipes that do not use it.
         """
         data = {
             k: v
             for k, v in self.to_dict().items()
-            if v is not None and not (k == "augment" and not v)
+            if not (k in KEY_NEUTRAL_FIELDS and _thaw(KEY_NEUTRAL_FIELDS[k]) == v)
         }
         return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
@@ -172,14 +209,43 @@ class Recipe:
 
 DP_ACCOUNTANTS = ("prv", "rdp")
 # Filled in for missing keys, so {"epsilon": 8} and its spelled-out form share one key.
-DP_DEFAULTS: dict[str, Any] = {"delta": 1e-5, "max_grad_norm": 1.0, "accountant": "prv"}
+# "accountant": "auto" resolves to a concrete one (see resolve_accountant) before it is stored.
+DP_DEFAULTS: dict[str, Any] = {"delta": 1e-5, "max_grad_norm": 1.0, "accountant": "auto"}
 DP_KEYS = ("epsilon", *DP_DEFAULTS)
+# Above this target epsilon "auto" picks the RDP accountant: PRV discretises the privacy loss on
+# a grid of about 2 L / mesh points, where L grows with epsilon (~1,800 at epsilon 1,000), and
+# its noise search at epsilon 1,000 outgrew 11 GiB (EXPERIMENTS.md). At epsilon <= 100 PRV's
+# tighter accounting costs under ~1 GiB and seconds for the audits here.
+PRV_MAX_AUTO_EPSILON = 100.0
+
+
+def resolve_accountant(accountant: str, epsilon: float) -> str:
+    """``accountant`` unless it is ``"auto"``: then ``"prv"`` up to epsilon
+    :data:`PRV_MAX_AUTO_EPSILON` and ``"rdp"`` above it (with a warning, once per epsilon)."""
+    if accountant != "auto":
+        return accountant
+    if epsilon <= PRV_MAX_AUTO_EPSILON:
+        return "prv"
+    _warn_rdp_chosen(epsilon)
+    return "rdp"
+
+
+@functools.cache
+def _warn_rdp_chosen(epsilon: float) -> None:
+    log.warning(
+        "dp epsilon=%g > %g: using Opacus's RDP accountant (PRV's accounting grid grows with "
+        "epsilon and needs GiBs there); the model's privacy record names the accountant. Set "
+        "dp.accountant: prv to insist (its noise search is then bounded, see miaudit.train.dp).",
+        epsilon, PRV_MAX_AUTO_EPSILON,
+    )
 
 
 def check_dp(dp: Any) -> FrozenParams:
     """Validated DP-SGD settings with defaults filled in: ``epsilon`` (the target, > 0,
     required), ``delta`` (0 < delta < 1), ``max_grad_norm`` (per-sample clipping norm, > 0)
-    and ``accountant`` (``"prv"`` or ``"rdp"``, Opacus's accountants)."""
+    and ``accountant`` (``"prv"`` or ``"rdp"``, Opacus's accountants, or ``"auto"`` (the
+    default): PRV up to epsilon 100, RDP above; stored resolved, so ``{"epsilon": 8}`` keeps
+    the key it had when PRV was the fixed default)."""
     if not isinstance(dp, Mapping):
         raise ConfigError(f"dp must be a mapping like {{'epsilon': 8.0}} or None, got {dp!r}.")
     unknown = [k for k in dp if k not in DP_KEYS]
@@ -197,7 +263,8 @@ def check_dp(dp: Any) -> FrozenParams:
             raise ConfigError(f"dp {name!r} must be finite and > 0, got {value!r}.")
     if out["delta"] >= 1:
         raise ConfigError(f"dp 'delta' must lie in (0, 1), got {out['delta']}.")
-    _choice("dp accountant", out["accountant"], DP_ACCOUNTANTS)
+    _choice("dp accountant", out["accountant"], (*DP_ACCOUNTANTS, "auto"))
+    out["accountant"] = resolve_accountant(out["accountant"], out["epsilon"])
     return FrozenParams(out)
 
 

@@ -19,8 +19,11 @@ updates each slice as the per-model optimizer would. The cosine schedule is iden
 every model has the same number of steps. A BLAS that sums a batched product in another order
 than a single one would make the weights differ at float rounding level.
 
-Only architectures in :data:`STACKABLE` (``mlp``, any width, activations in
-:data:`ACTIVATIONS`) are stacked; :func:`train_groups` trains the rest one by one.
+Label smoothing enters the written-out loss gradient; checkpoints are copied out of the
+stacked weights at the same steps as ``train_model`` copies them. Only architectures in
+:data:`STACKABLE` (``mlp``, any width, activations in :data:`ACTIVATIONS`, no dropout: its masks
+come from torch's global RNG in an order only autograd's loop reproduces) are stacked;
+:func:`train_groups` trains the rest one by one.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from torch import nn
 
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
+from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import (
     ArrayLike,
@@ -67,6 +71,7 @@ def can_stack(recipe: Recipe) -> bool:
         and not recipe.augment  # augmentation runs in train_model's loop only
         and recipe.architecture in STACKABLE
         and recipe.arch_params.get("activation", "relu") in ACTIVATIONS
+        and not recipe.arch_params.get("dropout", 0.0)
     )
 
 
@@ -77,10 +82,13 @@ class StackedMLP:
     (``nn.Linear``'s layout). :meth:`forward_backward` sets their ``.grad``.
     """
 
-    def __init__(self, modules: Sequence[nn.Module], activation: str) -> None:
+    def __init__(
+        self, modules: Sequence[nn.Module], activation: str, label_smoothing: float = 0.0
+    ) -> None:
         if not modules:
             raise ConfigError("StackedMLP needs at least one model.")
         self.act, self.act_backward = ACTIVATIONS[activation]
+        self.smoothing = float(label_smoothing)
 
         def stack(get: Callable[[nn.Module], torch.Tensor]) -> nn.Parameter:
             return nn.Parameter(torch.stack([get(m).detach() for m in modules]).contiguous())
@@ -107,21 +115,46 @@ class StackedMLP:
         Mirrors autograd on ``F.cross_entropy(module(x[k]), y[k])`` step by step: the
         mean-reduced NLL gradient ``-1/B`` at the labels, ``_log_softmax_backward_data``,
         ``addmm``'s gradients ``g^T @ input`` and ``g @ weight`` and the bias gradient
-        ``g.sum`` over the batch, and the activation's own backward kernel.
+        ``g.sum`` over the batch, and the activation's own backward kernel. With label
+        smoothing ``s`` over ``C`` classes the loss is ``(1 - s) * nll + s / C * sum(-logp)``
+        (``F.cross_entropy``'s), whose gradient adds ``-s / (C B)`` at every class.
         """
         k, b = x.shape[0], x.shape[1]
         h, logits = self.forward(x)
         logp = torch.log_softmax(logits.view(k * b, -1), dim=1)
         target = y.unsqueeze(1)
         scale = float(-(torch.ones((), dtype=logp.dtype) / b))  # nll_loss's -grad/total_weight
-        grad = torch.zeros_like(logp).scatter_(1, target, scale)
+        if self.smoothing:
+            classes = logp.shape[1]
+            grad = torch.full_like(logp, scale * self.smoothing / classes)
+            at_label = torch.full(target.shape, scale * (1.0 - self.smoothing), dtype=logp.dtype)
+            grad.scatter_add_(1, target, at_label.to(logp.device))
+            nll = logp.gather(1, target).view(k, b).neg_()
+            smooth = logp.sum(1).view(k, b).neg_()
+            loss = nll * (1.0 - self.smoothing) + smooth * (self.smoothing / classes)
+        else:
+            grad = torch.zeros_like(logp).scatter_(1, target, scale)
+            loss = None
         grad = _aten._log_softmax_backward_data(grad, logp, 1, logp.dtype).view(k, b, -1)
         self.w2.grad = torch.bmm(grad.transpose(1, 2), h)
         self.b2.grad = grad.sum(1)
         grad = self.act_backward(torch.bmm(grad, self.w2), h)
         self.w1.grad = torch.bmm(grad.transpose(1, 2), x)
         self.b1.grad = grad.sum(1)
-        return logp.gather(1, target).view(k, b).neg_()
+        return loss if loss is not None else logp.gather(1, target).view(k, b).neg_()
+
+    @torch.no_grad()
+    def state_dicts(self) -> list[dict[str, torch.Tensor]]:
+        """Each model's weights as an ``MLP`` state dict (detached CPU copies)."""
+        return [
+            {
+                "hidden.weight": self.w1[k].detach().cpu().clone(),
+                "hidden.bias": self.b1[k].detach().cpu().clone(),
+                "head.weight": self.w2[k].detach().cpu().clone(),
+                "head.bias": self.b2[k].detach().cpu().clone(),
+            }
+            for k in range(self.w1.shape[0])
+        ]
 
     @torch.no_grad()
     def unstack_into(self, modules: Sequence[nn.Module]) -> None:
@@ -143,9 +176,10 @@ def train_stacked(
     num_classes: int | None = None,
     *,
     num_threads: int | None = None,
+    checkpoints: CheckpointSpec | None = None,
 ) -> list[TrainedModel]:
     """Train one model per (index set, seed) pair, all at once; the models ``train_model``
-    would train.
+    would train (``checkpoints``: the same ``snapshots`` too).
 
     Every index set must have the same size and ``recipe`` must be stackable
     (:func:`can_stack`). ``features``/``labels`` are as for ``train_model``. Each returned
@@ -194,10 +228,13 @@ def train_stacked(
 
     steps_per_epoch = math.ceil(n / recipe.batch_size)
     total_steps = steps_per_epoch * recipe.epochs
+    keep = checkpoints.keep_steps(recipe, n) if checkpoints else set()
+    snapshots: list[dict[int, dict[str, torch.Tensor]]] = [{} for _ in range(n_models)]
     losses = np.zeros((recipe.epochs, n_models))
     start = time.perf_counter()
     with cpu_threads(num_threads):
-        stacked = StackedMLP(modules, recipe.arch_params.get("activation", "relu"))
+        activation = recipe.arch_params.get("activation", "relu")
+        stacked = StackedMLP(modules, activation, recipe.label_smoothing)
         optimizer = make_optimizer(recipe, stacked.parameters())
         step = 0
         for epoch in range(recipe.epochs):
@@ -213,6 +250,9 @@ def train_stacked(
                 total.add_(stacked.forward_backward(xb, y.index_select(0, batch)).sum(1))
                 optimizer.step()
                 step += 1
+                if step in keep:
+                    for k, state in enumerate(stacked.state_dicts()):
+                        snapshots[k][step] = state
             losses[epoch] = (total / n).cpu().numpy()  # the one host-device sync per epoch
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -230,6 +270,7 @@ def train_stacked(
             num_classes=n_classes,
             input_shape=input_shape,
             losses=[float(v) for v in losses[:, k]],
+            snapshots=snapshots[k],
         )
         for k, (module, seed) in enumerate(zip(modules, seeds, strict=True))
     ]
@@ -277,6 +318,7 @@ def train_groups(
     progress: bool = False,
     num_threads: int | None = None,
     on_done: Callable[[int], None] | None = None,
+    checkpoints: CheckpointSpec | None = None,
 ) -> list[TrainedModel]:
     """Train each group of jobs in this process: stacked where the recipe stacks (even a
     group of one: the written-out backward is faster than autograd), else one ``train_model``
@@ -293,6 +335,7 @@ def train_groups(
                 device,
                 num_classes,
                 num_threads=num_threads,
+                checkpoints=checkpoints,
             )
         else:
             models = [
@@ -307,6 +350,7 @@ def train_groups(
                     progress,
                     desc=f"model {j + 1}/{len(seeds)}",
                     num_threads=num_threads,
+                    checkpoints=checkpoints,
                 )
                 for j in group
             ]

@@ -25,9 +25,16 @@ from tqdm.auto import tqdm
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
 from miaudit.train.augment import Augmentation, augment_seed, build_augmentation
+from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.recipe import Recipe
+from miaudit.train.rows import (  # noqa: F401  (re-exported: trainer.check_indices, ...)
+    ArrayLike,
+    as_device_tensor,
+    check_indices,
+    gather_rows,
+    infer_num_classes,
+)
 
-ArrayLike = np.ndarray | torch.Tensor
 log = logging.getLogger(__name__)
 
 
@@ -47,6 +54,12 @@ class TrainedModel:
     from_cache: bool = False
     # DP-SGD models only: epsilon_spent, delta, noise_multiplier, max_grad_norm, ... (dp.py)
     privacy: dict | None = None
+    # A checkpoint of a longer run: the optimizer steps it had taken (None: the final model).
+    step: int | None = None
+    # Weights kept during training: {step: state dict on the CPU} (see checkpoints.py) ...
+    snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
+    # ... and, once the cache has made them models, {label (e.g. "epoch5"): model}.
+    checkpoints: dict[str, TrainedModel] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -125,45 +138,9 @@ def _progress_enabled(progress: bool) -> bool:
     return bool(progress) and hasattr(stream, "isatty") and stream.isatty()
 
 
-def as_device_tensor(
-    array: ArrayLike, device: str | torch.device, dtype: torch.dtype
-) -> torch.Tensor:
-    """``array`` as a tensor of ``dtype`` on ``device`` (no copy when it already is one)."""
-    return torch.as_tensor(array).to(device=device, dtype=dtype)
-
-
-def infer_num_classes(labels: ArrayLike) -> int:
-    """``labels.max() + 1``: the number of classes a dataset's labels imply."""
-    if len(labels) == 0:
-        raise ConfigError("labels are empty; cannot infer num_classes.")
-    return int(labels.max()) + 1
-
-
-def check_indices(indices: ArrayLike, n: int) -> np.ndarray:
-    """``indices`` as sorted int64 numpy rows, checked to be a non-empty 1-D subset of [0, n)."""
-    idx = np.asarray(indices.cpu() if isinstance(indices, torch.Tensor) else indices)
-    if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
-        raise ConfigError(
-            f"indices must be a non-empty 1-D integer array of training rows, got shape "
-            f"{idx.shape} dtype {idx.dtype}."
-        )
-    if idx.min() < 0 or idx.max() >= n:
-        raise ConfigError(
-            f"indices must lie in [0, {n}) (the number of rows), got range "
-            f"[{idx.min()}, {idx.max()}]."
-        )
-    # A model depends on the multiset of rows, not their order: sort so order never matters.
-    return np.sort(idx.astype(np.int64, copy=False))
-
-
-def gather_rows(
-    array: ArrayLike, idx: np.ndarray, device: torch.device, dtype: torch.dtype
-) -> torch.Tensor:
-    """Rows ``idx`` of ``array`` as a ``dtype`` tensor on ``device``."""
-    if isinstance(array, torch.Tensor):
-        rows = torch.as_tensor(idx, device=array.device)
-        return array.index_select(0, rows).to(device=device, dtype=dtype)
-    return torch.as_tensor(np.take(np.asarray(array), idx, axis=0)).to(device=device, dtype=dtype)
+def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached CPU copy of ``module``'s state dict (a checkpoint's weights)."""
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 
 
 def _train_epoch(
@@ -177,11 +154,14 @@ def _train_epoch(
     total_steps: int,
     augment: Augmentation | None = None,
     aug_generator: torch.Generator | None = None,
+    keep: set[int] | None = None,
+    snapshots: dict[int, dict[str, torch.Tensor]] | None = None,
 ) -> tuple[float, float]:
     """One pass over ``order``; returns the mean loss and the last step's learning rate.
 
     ``augment`` (optional) transforms each batch before the forward pass, drawing from
-    ``aug_generator``.
+    ``aug_generator``. After each optimizer step whose 1-based count is in ``keep``, the
+    weights are copied into ``snapshots[count]``.
     """
     total = torch.zeros((), device=x.device)
     lr = recipe.lr
@@ -193,12 +173,16 @@ def _train_epoch(
         xb = x.index_select(0, batch)
         if augment is not None:
             xb = augment(xb, aug_generator)
-        loss = F.cross_entropy(module(xb), y.index_select(0, batch))
+        loss = F.cross_entropy(
+            module(xb), y.index_select(0, batch), label_smoothing=recipe.label_smoothing
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         total.add_(loss.detach(), alpha=len(batch))
         step += 1
+        if keep and step in keep and snapshots is not None:
+            snapshots[step] = snapshot(module)
     return float(total) / len(order), lr  # float(): the one host-device sync per epoch
 
 
@@ -215,6 +199,7 @@ def train_model(
     on_epoch_end: EpochCallback | None = None,
     desc: str = "training",
     num_threads: int | None = None,
+    checkpoints: CheckpointSpec | None = None,
 ) -> TrainedModel:
     """Train ``recipe`` on rows ``indices`` of ``features``/``labels``; same seed, same weights.
 
@@ -223,7 +208,8 @@ def train_model(
     different subsets of one dataset share an output size. Row order in ``indices`` is
     irrelevant. ``on_epoch_end`` (optional) runs after each epoch, e.g. to evaluate.
     ``num_threads`` sets torch's CPU threads for this call only (``None``: unchanged); small
-    models on a busy machine train several times faster with 1.
+    models on a busy machine train several times faster with 1. ``checkpoints`` (optional)
+    names epochs/steps whose weights are kept in the result's ``snapshots`` ``{step: state}``.
     A recipe with ``dp`` set trains with DP-SGD (:func:`miaudit.train.dp.train_model_dp`).
     """
     if recipe.dp is not None:
@@ -232,7 +218,7 @@ def train_model(
         with cpu_threads(num_threads):
             return dp.train_model_dp(
                 recipe, features, labels, indices, seed, device, num_classes, progress,
-                on_epoch_end=on_epoch_end, desc=desc,
+                on_epoch_end=on_epoch_end, desc=desc, checkpoints=checkpoints,
             )  # fmt: skip
     device = torch.device(device)
     if len(features) != len(labels):
@@ -255,6 +241,8 @@ def train_model(
     shuffler = torch.Generator(device="cpu").manual_seed(shuffle_seed)
     augment = build_augmentation(recipe.augment, input_shape)
     aug_generator = torch.Generator(device="cpu").manual_seed(augment_seed(seed))
+    keep = checkpoints.keep_steps(recipe, n) if checkpoints else set()
+    snapshots: dict[int, dict[str, torch.Tensor]] = {}
 
     losses: list[float] = []
     start = time.perf_counter()
@@ -275,7 +263,7 @@ def train_model(
                 order = torch.randperm(n, generator=shuffler).to(device, non_blocking=True)
                 loss, lr = _train_epoch(
                     module, optimizer, recipe, x, y, order, step, total_steps,
-                    augment, aug_generator,
+                    augment, aug_generator, keep, snapshots,
                 )  # fmt: skip
                 step += steps_per_epoch
                 losses.append(loss)
@@ -298,6 +286,7 @@ def train_model(
         num_classes=n_classes,
         input_shape=input_shape,
         losses=losses,
+        snapshots=snapshots,
     )
 
 
@@ -333,6 +322,7 @@ def train_models(
     num_threads: int | None = None,
     workers: int | None = None,
     max_stack: int = MAX_STACK,
+    checkpoints: CheckpointSpec | None = None,
 ) -> list[TrainedModel]:
     """Train one model per (index set, seed) pair: the same models as ``train_model`` calls.
 
@@ -343,6 +333,7 @@ def train_models(
     1 = this process), each with ``num_threads`` intra-op threads (``None``: 1 on CPU, which
     measures fastest, see ``MAX_STACK``; unchanged on a GPU). ``max_stack=1`` trains one model
     at a time (still with the stacked path's written-out backward where it applies).
+    ``checkpoints`` as for ``train_model`` (each model's ``snapshots``).
     """
     from miaudit.train import parallel, stacked  # both import this module
 
@@ -375,6 +366,7 @@ def train_models(
                 return parallel.train_groups_in_workers(
                     recipe, x, y, index_sets, seeds, groups, n_classes,
                     min(workers, len(groups)), threads or 1, on_done=bar.update,
+                    checkpoints=checkpoints,
                 )  # fmt: skip
             except BrokenProcessPool as exc:
                 log.warning("worker processes failed (%s); training in this process", exc)
@@ -382,6 +374,7 @@ def train_models(
         return stacked.train_groups(
             recipe, x, y, index_sets, seeds, groups, device, n_classes,
             progress=progress and len(seeds) < 2, num_threads=threads, on_done=bar.update,
+            checkpoints=checkpoints,
         )  # fmt: skip
 
 

@@ -1,0 +1,126 @@
+"""The models of an audit: recipes resolved from the config, the design's models trained or
+loaded (with their checkpoints), and the calibration-via-forgetting copies of the target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from miaudit.config import RunConfig, recipe_fields
+from miaudit.data import Dataset
+from miaudit.errors import ConfigError
+from miaudit.protocol import Design
+from miaudit.train import CheckpointSpec, ModelCache, Recipe, TrainedModel, key_for
+from miaudit.train.cache import forgetting_key
+from miaudit.train.forgetting import forget
+
+
+@dataclass(frozen=True)
+class Recipes:
+    """The target's recipe and the reference models' (the attacker's knowledge)."""
+
+    target: Recipe
+    reference: Recipe
+    reference_source: str  # "target", "plain", a name in `recipes`, or "mapping"
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready record for the run summary: both recipes spelled out, with keys."""
+        return {
+            "target": self.target.to_dict(),
+            "target_key": self.target.key(),
+            "reference": self.reference.to_dict(),
+            "reference_key": self.reference.key(),
+            "reference_source": self.reference_source,
+        }
+
+
+def resolve_recipes(cfg: RunConfig) -> Recipes:
+    """``recipe`` / ``reference_recipe`` of the config as Recipes (fields checked here:
+    ConfigError naming a bad field)."""
+    target_fields, ref = recipe_fields(cfg)
+    target = Recipe.from_dict(target_fields)
+    if ref == "target":
+        reference, source = target, "target"
+    elif ref == "plain":
+        reference, source = target.plain(), "plain"
+    else:
+        reference = Recipe.from_dict(ref)
+        named = isinstance(cfg.reference_recipe, str)
+        source = cfg.reference_recipe if named else "mapping"
+    return Recipes(target, reference, str(source))
+
+
+def checkpoint_spec(cfg: RunConfig) -> CheckpointSpec | None:
+    """The config's checkpoints, or None when it keeps none."""
+    spec = CheckpointSpec(cfg.checkpoints.epochs, cfg.checkpoints.steps)
+    return spec or None
+
+
+def train_design(
+    cfg: RunConfig, dataset: Dataset, design: Design, cache: ModelCache, device: str,
+    progress: bool,
+) -> list[TrainedModel]:  # fmt: skip
+    """Every model of the design, from the cache or trained (models sharing a recipe train
+    together, stacked where the trainer can), each with its checkpoints when the config keeps
+    some (target and references at the same positions)."""
+    recipes = resolve_recipes(cfg)
+    spec = checkpoint_spec(cfg)
+    seeds = [cfg.seed * 10_000 + m for m in range(design.n_models)]
+    models: list[TrainedModel | None] = [None] * design.n_models
+    others = [m for m in range(design.n_models) if m != design.target]
+    if recipes.target == recipes.reference:  # one call: all models can train stacked together
+        plan = [(recipes.target, [design.target, *others])]
+    else:
+        plan = [(recipes.target, [design.target]), (recipes.reference, others)]
+    for recipe, members in plan:
+        if not members:
+            continue
+        trained = cache.get_or_train_many(
+            dataset.fingerprint(),
+            [(design.training_rows(m), seeds[m]) for m in members],
+            recipe,
+            device,
+            features=dataset.features,
+            labels=dataset.labels,
+            num_classes=dataset.num_classes,
+            progress=progress,
+            checkpoints=spec,
+        )
+        for m, model in zip(members, trained, strict=True):
+            models[m] = model
+    return [m for m in models if m is not None]
+
+
+def forgetting_models(
+    cfg: RunConfig, dataset: Dataset, design: Design, target: TrainedModel, cache: ModelCache,
+    device: str,
+) -> list[TrainedModel]:  # fmt: skip
+    """Calibration-via-forgetting copies of the target, fine-tuned on the public pool."""
+    if cfg.forgetting.models == 0:
+        return []
+    if design.split.public.size == 0:
+        raise ConfigError("forgetting needs a public pool: give split.public some samples.")
+    changes: dict[str, Any] = {"epochs": cfg.forgetting.epochs}
+    if cfg.forgetting.lr is not None:
+        changes["lr"] = cfg.forgetting.lr
+    if cfg.forgetting.batch_size is not None:
+        changes["batch_size"] = cfg.forgetting.batch_size
+    recipe = target.recipe.replace(**changes)
+    rows = np.sort(design.split.public)
+    target_key = key_for(dataset.fingerprint(), design.training_rows(design.target),
+                         target.recipe, target.seed, dataset.num_classes)  # fmt: skip
+    copies = []
+    for k in range(cfg.forgetting.models):
+        seed = cfg.seed * 10_000 + 5_000 + k
+        key = forgetting_key(target_key, dataset.fingerprint(), rows, recipe, seed)
+        copies.append(cache.get_or_make(
+            key,
+            lambda seed=seed: forget(target, recipe, dataset.features, dataset.labels, rows,
+                                     seed, device),
+            recipe=recipe, seed=seed, input_shape=target.input_shape,
+            num_classes=dataset.num_classes, device=device,
+            dataset_fingerprint=dataset.fingerprint(), indices=rows,
+        ))  # fmt: skip
+    return copies

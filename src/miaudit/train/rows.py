@@ -1,0 +1,55 @@
+"""Training rows as tensors: checked index sets, gathered rows, the class count.
+
+Shared by every training path (``trainer``, ``stacked``, ``dp``, ``forgetting``); re-exported
+by :mod:`miaudit.train.trainer`, where they lived first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from miaudit.errors import ConfigError
+
+ArrayLike = np.ndarray | torch.Tensor
+
+
+def as_device_tensor(
+    array: ArrayLike, device: str | torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """``array`` as a tensor of ``dtype`` on ``device`` (no copy when it already is one)."""
+    return torch.as_tensor(array).to(device=device, dtype=dtype)
+
+
+def infer_num_classes(labels: ArrayLike) -> int:
+    """``labels.max() + 1``: the number of classes a dataset's labels imply."""
+    if len(labels) == 0:
+        raise ConfigError("labels are empty; cannot infer num_classes.")
+    return int(labels.max()) + 1
+
+
+def check_indices(indices: ArrayLike, n: int) -> np.ndarray:
+    """``indices`` as sorted int64 numpy rows, checked to be a non-empty 1-D subset of [0, n)."""
+    idx = np.asarray(indices.cpu() if isinstance(indices, torch.Tensor) else indices)
+    if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+        raise ConfigError(
+            f"indices must be a non-empty 1-D integer array of training rows, got shape "
+            f"{idx.shape} dtype {idx.dtype}."
+        )
+    if idx.min() < 0 or idx.max() >= n:
+        raise ConfigError(
+            f"indices must lie in [0, {n}) (the number of rows), got range "
+            f"[{idx.min()}, {idx.max()}]."
+        )
+    # A model depends on the multiset of rows, not their order: sort so order never matters.
+    return np.sort(idx.astype(np.int64, copy=False))
+
+
+def gather_rows(
+    array: ArrayLike, idx: np.ndarray, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """Rows ``idx`` of ``array`` as a ``dtype`` tensor on ``device``."""
+    if isinstance(array, torch.Tensor):
+        rows = torch.as_tensor(idx, device=array.device)
+        return array.index_select(0, rows).to(device=device, dtype=dtype)
+    return torch.as_tensor(np.take(np.asarray(array), idx, axis=0)).to(device=device, dtype=dtype)
