@@ -33,7 +33,8 @@ SIZES = ("cpu", "paper")
 CONFIG_FILE = "config.yaml"
 # Modules that register the built-in studies; imported on first lookup.
 BUILTIN_MODULES = ("miaudit.studies.smoke",
-                   "miaudit.studies.calibration",)
+                   "miaudit.studies.calibration",
+                   "miaudit.studies.rapid",)
 
 
 @dataclass(frozen=True)
