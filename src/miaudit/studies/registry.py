@@ -34,7 +34,8 @@ CONFIG_FILE = "config.yaml"
 # Modules that register the built-in studies; imported on first lookup.
 BUILTIN_MODULES = ("miaudit.studies.smoke",
                    "miaudit.studies.calibration",
-                   "miaudit.studies.rapid",)
+                   "miaudit.studies.rapid",
+                   "miaudit.studies.generalization",)
 
 
 @dataclass(frozen=True)
