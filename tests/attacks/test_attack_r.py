@@ -96,3 +96,35 @@ def test_scores_ignore_the_target_membership(digits_bank):
         run_attack("attack-r", TargetView.of(digits_bank, target)).scores,
         run_attack("attack-r", TargetView.of(_variant(digits_bank, membership), target)).scores,
     )
+
+
+def _sorted_survival(value, refs, mask):
+    """The definition run literally: sort each sample's OUT losses, sum the clipped segment
+    fractions (what attack-r computed before it stopped sorting)."""
+    out = np.full(value.shape, np.nan)
+    for n in range(value.size):
+        losses = np.sort(refs[mask[:, n], n])
+        k = losses.size
+        if k == 1:
+            out[n] = 1.0 - 0.5 * (np.sign(value[n] - losses[0]) + 1.0)
+        elif k >= 2:
+            lo, hi = losses[:-1], losses[1:]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                frac = np.clip((value[n] - lo) / (hi - lo), 0.0, 1.0)
+            frac[np.isnan(frac)] = 0.5  # a zero-width segment at the value
+            out[n] = 1.0 - frac.sum() / (k - 1)
+    return out
+
+
+def test_survival_without_sorting_matches_the_sorted_definition():
+    rng = np.random.default_rng(5)
+    r, n = 9, 4000
+    refs = rng.integers(0, 6, size=(r, n)).astype(np.float64)  # many ties
+    refs[:, ::2] += rng.random((r, n // 2))
+    mask = rng.random((r, n)) < rng.random(n)  # 0..9 references per sample
+    value = np.where(rng.random(n) < 0.3, refs[0], rng.uniform(-1, 8, n))  # some on a loss
+    got = interpolated_survival(value, refs, mask)
+    want = _sorted_survival(value, refs, mask)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    # The old sum of k-1 clipped fractions rounds differently from one count + one fraction.
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)

@@ -188,3 +188,42 @@ def test_unequal_reference_counts_bias_online_lira_below_chance(digits_bank):
     targets = range(digits_bank.n_models)
     biased = np.mean([_auc(digits_bank, t, "lira-online", equal_counts=False) for t in targets])
     assert biased < 0.5
+
+
+def test_equal_count_mask_keeps_the_first_k_references():
+    from miaudit.attacks.lira import equal_count_mask
+
+    rng = np.random.default_rng(3)
+    mask = rng.random((11, 500)) < 0.6
+    mask[:, :4] = False  # samples with no reference keep none
+    count = mask.sum(axis=0)
+    k = int(count[count > 0].min())
+    np.testing.assert_array_equal(equal_count_mask(mask), mask & (np.cumsum(mask, axis=0) <= k))
+
+
+def test_fixed_variance_fallback_in_blocks_matches_one_block(digits_bank, monkeypatch):
+    """With one OUT reference per sample the fixed variance falls back to the overall spread;
+    summed over blocks of samples (on two threads) it equals the one-block value."""
+    import torch
+
+    from miaudit.attacks import lira
+    from miaudit.signals import statistics
+
+    n = digits_bank.n_samples
+    membership = np.ones((digits_bank.n_models, n), dtype=bool)
+    membership[np.arange(n) % 8, np.arange(n)] = False  # each sample OUT for one model
+    bank = digits_bank.replace(
+        membership=membership, population=np.zeros(n, dtype=bool), audit=np.ones(n, dtype=bool)
+    )
+    view = TargetView.of(bank, 0)
+    assert view.out_mask().sum(axis=0).max() == 1  # no sample has two OUT references
+    want = fit_gaussians(view.reference_stat("phi"), lira._sides(view, True)[1], True)
+    monkeypatch.setattr(statistics, "_BLOCK_BYTES", 3000)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = lira._fit(TargetView.of(bank.replace(), 0), 1, True, True)
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_array_equal(got.mean, want.mean)
+    np.testing.assert_allclose(got.std, want.std, rtol=1e-12)

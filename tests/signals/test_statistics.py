@@ -72,3 +72,68 @@ def test_extreme_logit_gaps_stay_finite():
     for name, value in stats.items():
         assert torch.isfinite(value).all(), name
     assert stats["phi"].item() > 700
+
+
+def _logits(m=5, n=300, q=2, c=6, seed=0):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(m, n, q, c)) * rng.choice([1.0, 30.0], size=(m, n, q, 1))
+    logits[0, :20] = 3.0  # every class tied
+    return logits.astype(np.float32), rng.integers(0, c, n)
+
+
+def test_cache_pass_in_threads_and_blocks_equals_one_direct_call(monkeypatch):
+    from miaudit.signals import statistics
+
+    monkeypatch.setattr(statistics, "_BLOCK_BYTES", 1000)  # many blocks of a few samples
+    logits, labels = _logits()
+    want = compute_statistics(torch.from_numpy(logits), torch.from_numpy(labels), STATISTICS)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # two worker threads
+    try:
+        cache = StatisticCache(logits, labels)
+        got = {name: cache.get(name) for name in STATISTICS}
+        assert torch.get_num_threads() == 2  # the pass restores torch's setting
+    finally:
+        torch.set_num_threads(before)
+    want["prob_true"] = torch.from_numpy(np.exp(-got["loss"]))  # the cache derives it (numpy)
+    for name in STATISTICS:
+        np.testing.assert_array_equal(got[name], want[name].numpy(), err_msg=name)
+
+
+def test_blocks_of_samples_and_query_means_match_the_whole_arrays(monkeypatch):
+    from miaudit.signals import statistics
+
+    monkeypatch.setattr(statistics, "_BLOCK_BYTES", 800)
+    logits, labels = _logits(seed=1)
+    cache = StatisticCache(logits, labels)
+    phi = cache.get("phi")
+    np.testing.assert_array_equal(cache.get("phi", [1, 2], slice(10, 50)), phi[1:3, 10:50])
+    np.testing.assert_array_equal(cache.get("phi", [4, 0], slice(7, 9)), phi[[4, 0], 7:9])
+    loss = cache.get("loss")
+    for name, values in (("loss", loss), ("prob_true", np.exp(-loss)), ("phi", phi)):
+        want = (values[..., 0] + values[..., 1]) / 2
+        np.testing.assert_array_equal(cache.query_mean(name, [3, 1, 2]), want[[3, 1, 2]])
+        got = cache.query_mean(name, [0, 1, 2, 3, 4], slice(5, 123))
+        np.testing.assert_array_equal(got, want[:, 5:123], err_msg=name)
+
+
+def test_row_statistics_needs_contiguous_rows():
+    from miaudit.signals.statistics import row_statistics
+
+    z = torch.zeros((4, 6), dtype=torch.float64)[:, ::2]
+    with pytest.raises(ValueError, match="contiguous"):
+        row_statistics(z, torch.zeros(4, dtype=torch.int64), ("loss",))
+
+
+def test_sample_blocks_cover_every_sample_once():
+    from miaudit.signals.statistics import sample_blocks
+
+    blocks = list(sample_blocks(10, 8, budget=24))
+    assert blocks == [slice(0, 3), slice(3, 6), slice(6, 9), slice(9, 10)]
+    assert list(sample_blocks(5, 10**9)) == [
+        slice(0, 1),
+        slice(1, 2),
+        slice(2, 3),
+        slice(3, 4),
+        slice(4, 5),
+    ]

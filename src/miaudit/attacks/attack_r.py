@@ -18,8 +18,10 @@ So `score >= 1 - alpha  <=>  l_t <= Q(alpha) = np.quantile(out_losses, alpha)` (
 thresholding the score at 1 - alpha is Attack-R at level alpha. With k = 1 the score is 1, 1/2
 or 0 as l_t is below, at or above the single OUT loss; with k = 0 it is NaN.
 
-Samples have different numbers of OUT references; the computation pads each sample's sorted
-losses with +inf and masks the segments beyond its own k, so it stays vectorised.
+No sort is needed: the sum above counts the segments wholly below l_t (1 each), the zero-width
+ones at l_t (1/2 each) and the one segment that straddles it, whose ends are the largest OUT
+loss below l_t and the smallest one at or above it. Per block of samples these are masked
+maxima, minima and counts over the references, all vectorised.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import numpy as np
 
 from miaudit.attacks.base import Needs, TargetView, register_attack
-from miaudit.attacks.calibration import query_mean
 
 
 def interpolated_survival(value: np.ndarray, refs: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -36,24 +37,22 @@ def interpolated_survival(value: np.ndarray, refs: np.ndarray, mask: np.ndarray)
     value [N]; refs [R, N]; mask [R, N] selects each sample's references. NaN where a sample
     has none.
     """
-    n_refs, n = refs.shape
-    count = mask.sum(axis=0)  # [N]
-    ordered = np.full((n, n_refs), np.inf)  # sample-major, so the sort runs along rows
-    np.copyto(ordered, refs.T, where=mask.T)
-    ordered.sort(axis=1)  # each row: its k finite values first, then +inf
-    v = value[:, None]
+    count = mask.sum(axis=0)  # k per sample
+    below = mask & (refs < value)
+    n_below = below.sum(axis=0)
+    n_at = (mask & (refs == value)).sum(axis=0)
+    # Ends of the straddling segment: the largest selected loss below l_t, the smallest at or
+    # above it (a sample with none on a side gets -inf/+inf there and no straddling segment).
+    lower = np.where(below, refs, -np.inf).max(axis=0, initial=-np.inf)
+    upper = np.where(mask & ~below, refs, np.inf).min(axis=0, initial=np.inf)
+    straddles = (n_below >= 1) & (n_below < count)
     with np.errstate(invalid="ignore", divide="ignore"):
-        below = np.zeros(n)
-        if n_refs >= 2:
-            lo, hi = ordered[:, :-1], ordered[:, 1:]  # segments [N, R-1]
-            frac = v - lo
-            frac /= hi - lo  # zero-width segment: -inf below, NaN at, +inf above its value
-            np.clip(frac, 0.0, 1.0, out=frac)
-            frac[np.isnan(frac)] = 0.5
-            frac[np.arange(n_refs - 1)[None, :] >= (count - 1)[:, None]] = 0.0  # padding
-            below = frac.sum(axis=1) / np.maximum(count - 1, 1)
-        step = 0.5 * (np.sign(value - ordered[:, 0]) + 1.0)  # 0 below, 1/2 at, 1 above
-    cdf = np.where(count >= 2, below, step)
+        frac = np.where(straddles, (value - lower) / (upper - lower), 0.0)  # in (0, 1]
+        full = np.maximum(n_below - 1, 0) + 0.5 * np.maximum(n_at - 1, 0)
+        cdf = np.where(count >= 2, (full + frac) / np.maximum(count - 1, 1), 0.0)
+        step = 0.5 * (np.sign(value - upper) + 1.0)  # k = 1: 0 below, 1/2 at, 1 above
+        step = np.where(n_below == count, 1.0, step)
+    cdf = np.where(count >= 2, cdf, step)
     return np.where(count > 0, 1.0 - cdf, np.nan)
 
 
@@ -65,12 +64,11 @@ def interpolated_survival(value: np.ndarray, refs: np.ndarray, mask: np.ndarray)
 )
 def attack_r(view: TargetView) -> np.ndarray:
     """Attack-R (Ye et al. 2022) as a score: thresholding it at 1 - alpha is level alpha."""
-    target = query_mean(view.target_stat("loss"))
-    refs = view.reference_query_mean("loss")
+    target = view.target_query_mean("loss")
     out = view.out_mask()
     scores = np.empty(view.n_samples)
-    block = 16_384  # bounds the [block, R] sort buffers (~100 MiB at once otherwise)
-    for lo in range(0, view.n_samples, block):
-        hi = lo + block
-        scores[lo:hi] = interpolated_survival(target[lo:hi], refs[:, lo:hi], out[:, lo:hi])
+    # Blocks of samples bound the [R, block] temporaries.
+    for block in view.sample_blocks(view.n_references * 8):
+        refs = view.reference_query_mean("loss", block)
+        scores[block] = interpolated_survival(target[block], refs, out[:, block])
     return scores

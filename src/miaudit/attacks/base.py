@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from miaudit.errors import AttackError
 from miaudit.signals.bank import SignalBank
+from miaudit.signals.statistics import sample_blocks
 
 
 class TargetView:
@@ -36,8 +37,9 @@ class TargetView:
     ) -> None:
         self.target = int(target)
         self.reference_ids = reference_ids
-        # A copy: the view holds no reference to the full membership matrix.
-        self.reference_membership = reference_membership.copy()
+        # A read-only copy: the view holds no reference to the full membership matrix, and
+        # what `memo` keeps stays valid.
+        self.reference_membership = _frozen(reference_membership.copy())
         self.labels = bank.labels
         self.population = bank.population
         self.audit = bank.audit
@@ -47,6 +49,7 @@ class TargetView:
         self._logits = bank.logits
         self._statistics = bank.statistics
         self._channels = bank.channels
+        self._memo: dict[Hashable, Any] = {}
 
     @classmethod
     def of(cls, bank: SignalBank, target: int) -> TargetView:
@@ -62,21 +65,36 @@ class TargetView:
     def n_references(self) -> int:
         return int(self.reference_ids.size)
 
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """`compute()`, once per view and key: what several attacks on this target share
+        (LiRA's Gaussian fits, RMIA's mean probabilities). Attacks stay pure functions of the
+        view, since the bank and this view's membership are read-only; the key must name
+        everything else the value depends on."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
     def target_stat(self, name: str) -> np.ndarray:
         """Statistic `name` for the target, float64 [N, Q]."""
         return self._statistics.get(name, [self.target])[0]
 
-    def reference_stat(self, name: str) -> np.ndarray:
-        """Statistic `name` for every reference, float64 [R, N, Q]."""
-        return self._statistics.get(name, self.reference_ids)
+    def reference_stat(self, name: str, samples: slice | None = None) -> np.ndarray:
+        """Statistic `name` for every reference, float64 [R, N, Q] (or [R, len(samples), Q]
+        for a slice of samples: blocks of samples bound the temporaries)."""
+        return self._statistics.get(name, self.reference_ids, samples)
 
     def target_query_mean(self, name: str) -> np.ndarray:
         """Statistic `name` of the target averaged over queries, float64 [N]."""
         return self._statistics.query_mean(name, [self.target])[0]
 
-    def reference_query_mean(self, name: str) -> np.ndarray:
-        """Statistic `name` of every reference averaged over queries, float64 [R, N]."""
-        return self._statistics.query_mean(name, self.reference_ids)
+    def reference_query_mean(self, name: str, samples: slice | None = None) -> np.ndarray:
+        """Statistic `name` of every reference averaged over queries, float64 [R, N] (or the
+        slice `samples` of it)."""
+        return self._statistics.query_mean(name, self.reference_ids, samples)
+
+    def sample_blocks(self, bytes_per_sample: int) -> Iterator[slice]:
+        """Slices of the samples, each about 8 MiB at `bytes_per_sample`."""
+        return sample_blocks(self.n_samples, bytes_per_sample)
 
     def target_logits(self) -> np.ndarray:
         """Target logits, float32 [N, Q, C]."""
@@ -98,8 +116,17 @@ class TargetView:
         return self._channels[name][self.reference_ids]
 
     def out_mask(self) -> np.ndarray:
-        """bool [R, N]: reference r did not train on sample n."""
-        return ~self.reference_membership
+        """bool [R, N], read-only: reference r did not train on sample n."""
+        return self.memo("out_mask", lambda: _frozen(~self.reference_membership))
+
+    def side_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(IN, OUT) reference counts per sample, int [N] each, read-only."""
+
+        def count() -> tuple[np.ndarray, np.ndarray]:
+            n_in = self.reference_membership.sum(axis=0, dtype=np.int64)
+            return _frozen(n_in), _frozen(self.n_references - n_in)
+
+        return self.memo("side_counts", count)
 
     def as_shadow(self, r: int) -> TargetView:
         """Reference r as a shadow target, the other references as its references.
@@ -113,8 +140,14 @@ class TargetView:
         shadow.__dict__.update(self.__dict__)
         shadow.target = int(self.reference_ids[r])
         shadow.reference_ids = self.reference_ids[keep]
-        shadow.reference_membership = self.reference_membership[keep]
+        shadow.reference_membership = _frozen(self.reference_membership[keep])
+        shadow._memo = {}  # nothing computed for this view holds for the shadow's
         return shadow
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
 
 
 @dataclass(frozen=True)
@@ -129,8 +162,7 @@ class Needs:
 
     def check(self, view: TargetView, attack: str) -> None:
         problems = []
-        out_counts = view.out_mask()[:, view.audit].sum(axis=0)
-        in_counts = view.reference_membership[:, view.audit].sum(axis=0)
+        in_counts, out_counts = (counts[view.audit] for counts in view.side_counts())
         if self.out_references and (out_counts.size == 0 or out_counts.max() < self.out_references):
             problems.append(
                 f"needs at least {self.out_references} reference model(s) that did not train on "
@@ -239,6 +271,43 @@ def run_attack(name: str, view: TargetView, **overrides: Any) -> AttackRun:
         raise AttackError(f"attack '{name}' returned infinite scores; this is a bug in it.")
     n_unscorable = int(np.isnan(scores[view.audit]).sum())
     return AttackRun(name, scores, seconds, n_unscorable)
+
+
+def masked_query_means(
+    view: TargetView, name: str, masks: Sequence[np.ndarray]
+) -> list[np.ndarray]:
+    """For each mask [R, N]: the mean over the selected references of statistic `name`
+    averaged over queries, float64 [N] (NaN where a sample has none). One pass over the
+    references' statistic, a block of samples at a time: equal to
+    `mean_over_out(view.reference_query_mean(name), mask)` without its [R, N] temporaries."""
+    means = [np.empty(view.n_samples) for _ in masks]
+    for block in view.sample_blocks(view.n_references * view.n_queries * 8):
+        values = view.reference_query_mean(name, block)
+        for mean, mask in zip(means, masks, strict=True):
+            mean[block] = mean_over_out(values, mask[:, block])
+    return means
+
+
+@dataclass(frozen=True)
+class SideMeans:
+    """Means over references of a statistic averaged over queries, float64 [N] each; NaN
+    where a sample has no reference on that side."""
+
+    members: np.ndarray  # over the references that trained on the sample (IN)
+    non_members: np.ndarray  # over those that did not (OUT)
+    every: np.ndarray  # over all references
+
+
+def side_means(view: TargetView, name: str) -> SideMeans:
+    """IN, OUT and all-reference means of statistic `name` averaged over queries: one pass,
+    shared by every attack on this view (calibration, RMIA)."""
+
+    def compute() -> SideMeans:
+        members = view.reference_membership
+        masks = (members, view.out_mask(), np.ones_like(members))
+        return SideMeans(*(_frozen(m) for m in masked_query_means(view, name, masks)))
+
+    return view.memo(("side_means", name), compute)
 
 
 def mean_over_out(values: np.ndarray, out: np.ndarray) -> np.ndarray:

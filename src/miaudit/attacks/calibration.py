@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, TargetView, mean_over_out, register_attack
+from miaudit.attacks.base import Needs, TargetView, mean_over_out, register_attack, side_means
 
 
 def query_mean(values: np.ndarray) -> np.ndarray:
@@ -36,9 +36,8 @@ def calibrate(target: np.ndarray, references: np.ndarray, out: np.ndarray) -> np
 )
 def calibrated_loss(view: TargetView) -> np.ndarray:
     """Watson et al. eq. 4 on Yeom's loss score `-mean_q l`."""
-    target = -query_mean(view.target_stat("loss"))
-    references = -view.reference_query_mean("loss")
-    return calibrate(target, references, view.out_mask())
+    # -(t - mean_OUT r) = -t + mean_OUT r: the negated scores' calibration, exactly.
+    return side_means(view, "loss").non_members - view.target_query_mean("loss")
 
 
 @register_attack(
@@ -49,9 +48,8 @@ def calibrated_loss(view: TargetView) -> np.ndarray:
 )
 def calibrated_confidence(view: TargetView) -> np.ndarray:
     """Watson et al. on the confidence score `mean_q max_c log p` (their eq. 3)."""
-    target = query_mean(view.target_stat("log_confidence"))
-    references = view.reference_query_mean("log_confidence")
-    return calibrate(target, references, view.out_mask())
+    target = view.target_query_mean("log_confidence")
+    return target - side_means(view, "log_confidence").non_members
 
 
 @register_attack(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, TargetView, mean_over_out, register_attack
+from miaudit.attacks.base import Needs, TargetView, register_attack, side_means
 from miaudit.errors import AttackError
 
 _TINY = np.finfo(np.float64).tiny  # keeps a zero Pr(x) (only possible with a = 1) finite
@@ -50,11 +50,6 @@ def dominance(ratio_x: np.ndarray, ratio_z: np.ndarray, gamma: float) -> np.ndar
     return np.where(nan, np.nan, count / ratio_z.size)
 
 
-def _probabilities(view: TargetView) -> tuple[np.ndarray, np.ndarray]:
-    """Pr(x|theta) for the target [N] and the references [R, N], mean over queries."""
-    return view.target_query_mean("prob_true"), view.reference_query_mean("prob_true")
-
-
 def _ratio(p_target: np.ndarray, p_x: np.ndarray) -> np.ndarray:
     return p_target / np.maximum(p_x, _TINY)
 
@@ -71,8 +66,8 @@ def rmia_offline(view: TargetView, a: float, gamma: float) -> np.ndarray:
     """Offline RMIA (Zarifzadeh et al. 2024), Pr(x) from OUT references via parameter `a`."""
     if not 0.0 <= a <= 1.0:
         raise AttackError(f"RMIA's offline parameter a must lie in [0, 1]; got {a}.")
-    p_target, p_refs = _probabilities(view)
-    p_out = mean_over_out(p_refs, view.out_mask())  # [N]; NaN without OUT refs
+    p_target = view.target_query_mean("prob_true")
+    p_out = side_means(view, "prob_true").non_members  # [N]; NaN without OUT refs
     p_x = 0.5 * ((1.0 + a) * p_out + (1.0 - a))
     ratio = _ratio(p_target, p_x)
     return dominance(ratio, ratio[view.population], gamma)
@@ -87,10 +82,9 @@ def rmia_offline(view: TargetView, a: float, gamma: float) -> np.ndarray:
 )
 def rmia_online(view: TargetView, gamma: float) -> np.ndarray:
     """Online RMIA (Zarifzadeh et al. 2024): Pr(x) from IN and OUT references equally."""
-    p_target, p_refs = _probabilities(view)
-    p_in = mean_over_out(p_refs, view.reference_membership)  # mean over IN refs
-    p_out = mean_over_out(p_refs, view.out_mask())
-    ratio_x = _ratio(p_target, 0.5 * (p_in + p_out))
+    p_target = view.target_query_mean("prob_true")
+    means = side_means(view, "prob_true")  # Pr(x|theta_r) averaged over IN, OUT, all refs
+    ratio_x = _ratio(p_target, 0.5 * (means.members + means.non_members))
     population = view.population
-    ratio_z = _ratio(p_target[population], p_refs[:, population].mean(axis=0))
+    ratio_z = _ratio(p_target[population], means.every[population])
     return dominance(ratio_x, ratio_z, gamma)
