@@ -227,3 +227,15 @@ def test_fixed_variance_fallback_in_blocks_matches_one_block(digits_bank, monkey
         torch.set_num_threads(before)
     np.testing.assert_array_equal(got.mean, want.mean)
     np.testing.assert_allclose(got.std, want.std, rtol=1e-12)
+
+
+def test_equal_count_mask_takes_k_over_the_scored_samples_only():
+    """Offline design: a public sample OUT for one reference must not cut every audit
+    sample down to one reference (k comes from the scored samples)."""
+    from miaudit.attacks.lira import equal_count_mask
+
+    mask = np.array([[1, 1, 1, 0], [1, 1, 0, 1], [1, 1, 0, 0]], dtype=bool)  # counts 3,3,1,1
+    audit = np.array([True, True, False, False])
+    kept = equal_count_mask(mask, audit)
+    np.testing.assert_array_equal(kept.sum(axis=0), [3, 3, 1, 1])
+    np.testing.assert_array_equal(equal_count_mask(mask).sum(axis=0), [1, 1, 1, 1])

@@ -140,13 +140,20 @@ def _overall_variance(blocks: Blocks, mask: np.ndarray) -> np.ndarray:
     return spread / total
 
 
-def equal_count_mask(mask: np.ndarray) -> np.ndarray:
+def equal_count_mask(mask: np.ndarray, scored: np.ndarray | None = None) -> np.ndarray:
     """Keep each sample's first k selected references (bank order), k the smallest non-zero
-    per-sample count of `mask [R, N]`; samples with none keep none."""
+    per-sample count of `mask [R, N]` among the `scored` samples (default: all); samples with
+    none keep none.
+
+    Why `scored`: in the offline design a public sample can be OUT for a single reference;
+    a minimum over every sample would then score each audit sample against one reference."""
     count = mask.sum(axis=0)
-    if not count.any():
+    among = count if scored is None else count[scored]
+    if not among.any():
+        among = count
+    if not among.any():
         return mask
-    k = int(count[count > 0].min())
+    k = int(among[among > 0].min())
     # A running count, a reference at a time: `np.cumsum(mask, axis=0)` walks each sample's
     # column with a stride of N and took ~10x longer (130 ms for R = 63, N = 100k).
     kept = np.empty_like(mask)
@@ -163,7 +170,11 @@ def _sides(view: TargetView, equal_counts: bool) -> tuple[np.ndarray, np.ndarray
     if not equal_counts:
         return members, view.out_mask()
     return view.memo(
-        ("lira-sides",), lambda: (equal_count_mask(members), equal_count_mask(view.out_mask()))
+        ("lira-sides",),
+        lambda: (
+            equal_count_mask(members, view.audit),
+            equal_count_mask(view.out_mask(), view.audit),
+        ),
     )
 
 
