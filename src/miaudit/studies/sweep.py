@@ -14,8 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
-import numbers
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,8 +23,9 @@ from typing import Any
 
 import pandas as pd
 
-from miaudit.errors import MiauditError
+from miaudit.errors import ConfigError, MiauditError
 from miaudit.io import atomic_path, write_json
+from miaudit.train.recipe import _freeze, _thaw
 
 log = logging.getLogger(__name__)
 
@@ -41,28 +40,12 @@ class StudyError(MiauditError):
 
 
 def _canonical(value: Any, where: str) -> Any:
-    """A JSON-ready copy of ``value`` (tuples become lists, numpy scalars Python numbers)."""
-    if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise StudyError(f"{where}: keys must be strings, got {key!r}.")
-            out[key] = _canonical(item, f"{where}.{key}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v, where) for v in value]
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        if not math.isfinite(value):
-            raise StudyError(f"{where}: {value} is not a finite number.")
-        return float(value)
-    raise StudyError(
-        f"{where}: {value!r} ({type(value).__name__}) is not JSON-able; cell parameters must "
-        "be numbers, strings, booleans, None, lists or mappings."
-    )
+    """Plain JSON-ready copy of ``value`` (the recipe's freezing rules: numbers, strings,
+    booleans, None, lists and string-keyed mappings; no NaN), or StudyError."""
+    try:
+        return _thaw(_freeze(value, where))
+    except ConfigError as exc:
+        raise StudyError(str(exc)) from exc
 
 
 def _dumps(obj: Any) -> str:
