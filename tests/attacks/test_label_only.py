@@ -58,5 +58,6 @@ def test_boundary_distance_matches_direct_computation(boundary_bank, target):
 
 
 def test_boundary_attacks_need_the_channel(digits_bank):
-    with pytest.raises(AttackError, match="boundary_distance"):
+    # The hint names the config switch for this channel, not another channel's.
+    with pytest.raises(AttackError, match=r"signals\.boundary_distance: true"):
         run_attack("boundary-distance", TargetView.of(digits_bank, 0))

@@ -184,7 +184,7 @@ class Needs:
         if self.channel and not view.has_channel(self.channel):
             problems.append(
                 f"needs the white-box channel '{self.channel}', which the bank lacks; compute it "
-                "at signal time (e.g. signals.grad_norm: true in the run config)."
+                f"at signal time (signals.{self.channel}: true in the run config)."
             )
         if self.shadows and view.n_references < self.shadows:
             problems.append(
