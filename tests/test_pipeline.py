@@ -35,6 +35,8 @@ def test_run_writes_everything_and_reuses_cached_models(tmp_path, capsys):
     for name in ("config.yaml", "bank.npz", "metrics.json", "scores.csv", "roc.png",
                  "histograms.png", "report.html", "summary.json"):
         assert (out / name).exists(), name
+    listed = json.loads((out / "summary.json").read_text())["files"]
+    assert set(listed) == {p.name for p in out.iterdir()}  # every file of the run, no more
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert saved["seed"] == 1 and saved["models"] == 3
     metrics = json.loads((out / "metrics.json").read_text())
@@ -130,6 +132,8 @@ def test_checkpoints_are_audited_with_references_at_the_same_position(tmp_path):
         sub = json.loads((out / "checkpoints" / label / "summary.json").read_text())
         assert sub["checkpoint"] == label and sub["n_models"] == 3
     assert rows[0]["attacks"]["loss"]["auc"] != rows[-1]["attacks"]["loss"]["auc"]
+    listed = json.loads((out / "summary.json").read_text())["files"]
+    assert {"checkpoints", "checkpoints.json", "checkpoints.md"} <= set(listed)
     table = (out / "checkpoints.md").read_text()
     assert "| epoch1 | 1 |" in table and "lira-offline-fixed-variance TPR@0.1% FPR" in table
     assert json.loads((out / "checkpoints.json").read_text()) == json.loads(json.dumps(rows))

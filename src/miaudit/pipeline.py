@@ -317,7 +317,11 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
         checkpoints = audit_checkpoints(cfg, built, result, out, progress)
         result.meta["checkpoints"] = checkpoints
     figure = calibration_figure(result)
-    write_report(result, out, extra_figures={"calibration": figure} if figure else None)
+    written = ["config.yaml", "bank.npz"]
+    if checkpoints:
+        written += ["checkpoints.json", "checkpoints.md", "checkpoints"]
+    write_report(result, out, extra_figures={"calibration": figure} if figure else None,
+                 run_files=written)
     if echo:
         print(format_table(result))
         if checkpoints:

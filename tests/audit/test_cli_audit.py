@@ -31,6 +31,7 @@ def test_audit_a_torch_module(user, split, tmp_path, capsys):
     assert summary["skipped"] == {"boundary-distance": pytest.approx(
         summary["skipped"]["boundary-distance"])}
     assert "off by default" in summary["skipped"]["boundary-distance"]
+    assert set(summary["files"]) == {p.name for p in out.iterdir()}
     assert summary["members"] == 300 and summary["nonmembers"] == 300
     assert summary["references"] == 3 and summary["reference_recipe"]["architecture"] == "import"
     # the model overfits its 300 members: the audit measures it

@@ -173,6 +173,18 @@ def test_extra_figures_are_written_and_embedded(
     assert "calib.png" in json.loads(paths["summary"].read_text())["files"]
 
 
+def test_run_files_are_listed_and_must_exist(
+    result: AuditResult, tmp_path: Path, fast_plots: None
+) -> None:
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    paths = write_report(result, tmp_path, run_files=["config.yaml"])
+    listed = json.loads(paths["summary"].read_text())["files"]
+    assert listed[0] == "config.yaml" and set(listed) == {p.name for p in tmp_path.iterdir()}
+    with pytest.raises(MiauditError, match="bank.npz"):
+        write_report(result, tmp_path / "other", run_files=["bank.npz"])
+    assert not (tmp_path / "other").exists()  # nothing written
+
+
 @pytest.mark.parametrize("bad", [{"roc": b"\x89PNG\r\n\x1a\n"}, {"../x": b"x"}, {"ok": b"x"}])
 def test_bad_extra_figures_rejected(result: AuditResult, tmp_path: Path, bad) -> None:
     with pytest.raises(MiauditError):

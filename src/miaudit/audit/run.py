@@ -126,7 +126,10 @@ def run_audit(
     text = verdict_text(verdict)
     write_text(out / "verdict.txt", text)
     write_json(out / "verdict.json", verdict)
-    write_report(result, out, extra_figures=figures or None)
+    written = ["audit.yaml", "bank.npz", "verdict.txt", "verdict.json"]
+    if result.meta.get("exposure"):
+        written.append("exposed.csv")
+    write_report(result, out, extra_figures=figures or None, run_files=written)
     if echo:
         print(format_table(result))
         for note in result.meta["warnings"]:

@@ -12,6 +12,7 @@ import csv
 import io
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,14 +109,20 @@ def write_report(
     out_dir: str | Path,
     *,
     extra_figures: dict[str, Figure | bytes] | None = None,
+    run_files: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write the report files into ``out_dir`` (created if needed); return ``{name: path}``.
 
     Names: ``metrics``, ``scores``, ``roc``, ``histograms``, one per extra figure (written as
     ``<name>.png`` and embedded in the page), ``report`` (report.html) and ``summary``.
+    `run_files`: what the caller already wrote into ``out_dir`` (config, bank, verdict, ...),
+    listed with the report's own files in summary.json's ``files``; each must exist.
     """
     _check(result)
     out_dir = Path(out_dir)
+    missing = [name for name in run_files if not (out_dir / name).exists()]
+    if missing:
+        raise MiauditError(f"run_files not found in {out_dir}: {missing}")
     # render everything before touching the disk (cheap checks first)
     extras = {name: _figure_bytes(name, fig) for name, fig in (extra_figures or {}).items()}
     metrics = metrics_document(result)
@@ -130,7 +137,7 @@ def write_report(
         "summary": out_dir / "summary.json",
     }
     summary = _strict(dict(result.meta or {}))
-    summary["files"] = [p.name for p in paths.values()]
+    summary["files"] = [*run_files, *(p.name for p in paths.values())]
 
     write_json(paths["metrics"], metrics)
     write_text(paths["scores"], table_csv)
