@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, TargetView, mean_over_out, register_attack
+from miaudit.attacks.base import Needs, TargetView, register_attack, side_means
 from miaudit.attacks.shadow import Featurizer, Preprocessor, scorer_attack
 
 
@@ -32,9 +32,10 @@ def rapid_features(view: TargetView) -> tuple[np.ndarray, np.ndarray]:
     On `view.as_shadow(r)` this is the leave-one-out feature of shadow r: S_ref averages the
     other references only, never the evaluated target.
     """
-    s = view.target_stat("loss").mean(axis=1)
-    reference_loss = view.reference_stat("loss").mean(axis=2)  # [R, N]
-    s_ref = mean_over_out(reference_loss, view.out_mask())
+    s = view.target_query_mean("loss")
+    # Blocked and memoised on the view (calibrated-loss shares it): no [R, N, Q] copy, which
+    # a shadow view's non-consecutive references would otherwise make for each shadow.
+    s_ref = side_means(view, "loss").non_members
     features = np.stack([s, s - s_ref], axis=1)
     return features, np.isfinite(s_ref)
 
