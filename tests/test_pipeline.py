@@ -80,7 +80,17 @@ def test_defended_outputs_and_label_only_channel(tmp_path):
     probs = np.exp(bank.logits) / np.exp(bank.logits).sum(-1, keepdims=True)
     assert np.allclose(probs.max(-1), 1.0, atol=1e-6)  # only the label was released
     assert bank.channels["boundary_distance"].shape == (3, bank.n_samples)
-    assert result.outcome("boundary-distance").cost["queries_per_sample"] == 1
+    # cost: HopSkipJump's recorded label queries to the target, not one per sample
+    asked = bank.channels["boundary_distance_queries"][0][bank.audit].mean()
+    assert asked > 100
+    assert result.outcome("boundary-distance").cost["queries_per_sample"] == round(asked, 1)
+    assert result.outcome("correctness").cost["queries_per_sample"] == 1
+    from miaudit.report import format_table
+
+    row = next(line for line in format_table(result).splitlines()
+               if line.startswith("boundary-distance "))
+    assert f" {round(asked):,} " in row  # a whole number of queries, not 1.1e+03
+    assert result.outcome("augmentation-consistency").cost["queries_per_sample"] == 2
 
 
 def test_unknown_attack_fails_before_training(tmp_path):

@@ -28,16 +28,10 @@ from miaudit.report import format_table, write_report
 from miaudit.report.plots import calibration_figure
 from miaudit.results import AttackOutcome, AuditResult
 from miaudit.signals import SignalBank
-from miaudit.signals.boundary import boundary_distances
+from miaudit.signals.boundary import boundary_channels
 from miaudit.signals.defences import apply_defence
 from miaudit.signals.query import per_sample_grad_norms, query_logits
 from miaudit.train import ModelCache, TrainedModel
-
-# Attacks that read only query 0 of the target (the rest average over all queries).
-_SINGLE_QUERY = {
-    "correctness", "gradient-norm", "calibrated-gradient-norm", "boundary-distance",
-    "calibrated-boundary-distance",
-}
 
 
 def resolve_device(name: str) -> str:
@@ -111,11 +105,10 @@ def query_bank(
     logits = apply_defence(logits, cfg.signals.defence)
     channels = {}
     if cfg.signals.boundary_distance:
-        channels["boundary_distance"] = np.stack(
-            [boundary_distances(tm.module, dataset.features, dataset.labels, rows,
-                                seed=cfg.seed, device=device)
-             for tm in everyone]
-        )
+        channels.update(boundary_channels(
+            [tm.module for tm in everyone], dataset.features, dataset.labels, rows,
+            seed=cfg.seed, device=device,
+        ))
     if cfg.signals.grad_norm:
         channels["grad_norm"] = np.stack(
             [per_sample_grad_norms(tm.module, dataset.features, dataset.labels, rows, device)
@@ -241,7 +234,7 @@ def evaluate_bank(
         used = [target] + (list(view.reference_ids) if uses_references else [])
         cost = {
             "models": len(used),
-            "queries_per_sample": 1 if name in _SINGLE_QUERY else bank.n_queries,
+            "queries_per_sample": round(spec.queries_per_sample(view), 1),
             "score_seconds": round(result.seconds, 4),
         }
         if train_seconds is not None:

@@ -1,7 +1,7 @@
 import numpy as np
 import torch
 
-from miaudit.signals.boundary import boundary_distances
+from miaudit.signals.boundary import boundary_channels, boundary_distances
 
 
 def _linear_problem(d=20, n=120, seed=0):
@@ -54,3 +54,22 @@ def test_image_shaped_inputs_and_clip():
         y = model(torch.from_numpy(x)).argmax(1).numpy()
     est = boundary_distances(model, x, y, np.arange(40), steps=3, clip=(0.0, 1.0))
     assert np.isfinite(est).all() and (est > 0).all()
+
+
+def test_query_counts_match_the_model_calls():
+    """Each row's count, summed, is every input the model labelled except the shared pool."""
+    model, x, y, _ = _linear_problem(seed=4)
+    seen = []
+    model.register_forward_hook(lambda _m, inputs, _out: seen.append(len(inputs[0])))
+    rows = np.arange(len(x))
+    queries = np.zeros(len(rows), dtype=np.int64)
+    boundary_distances(model, x, y, rows, steps=3, estimates=20, search_steps=10, pool=64,
+                       batch_size=50, queries=queries)
+    assert queries.sum() == sum(seen) - 64
+    np.testing.assert_array_equal(queries[:10], 1)  # misclassified: the label check only
+    # one batch's correct samples share a count: check + init search + 3 x (20 + step search + 10)
+    assert (queries[10:] >= 1 + 10 + 3 * (20 + 1 + 10)).all()
+    channels = boundary_channels([model, model], x, y, rows, steps=3, estimates=20,
+                                 search_steps=10, pool=64, batch_size=50)
+    assert channels["boundary_distance_queries"].shape == (2, len(rows))
+    np.testing.assert_array_equal(channels["boundary_distance_queries"][0], queries)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.errors import AttackError
-from miaudit.signals.bank import SignalBank
+from miaudit.signals.bank import QUERIES_SUFFIX, SignalBank
 from miaudit.signals.statistics import sample_blocks
 
 
@@ -183,7 +183,7 @@ class Needs:
             )
         if self.channel and not view.has_channel(self.channel):
             problems.append(
-                f"needs the white-box channel '{self.channel}', which the bank lacks; compute it "
+                f"needs the channel '{self.channel}', which the bank lacks; compute it "
                 f"at signal time (signals.{self.channel}: true in the run config)."
             )
         if self.shadows and view.n_references < self.shadows:
@@ -203,6 +203,19 @@ class AttackSpec:
     description: str
     params: dict[str, Any] = field(default_factory=dict)  # defaults, overridable per run
     family: str = ""
+    first_query_only: bool = False  # reads query 0 of the logits only (e.g. correctness)
+
+    def queries_per_sample(self, view: TargetView) -> float:
+        """Queries this attack makes to the target per audit sample: every query of the bank
+        for an attack on logits, one for a query-0 attack, and for a channel attack the count
+        the bank records in channel `<channel>_queries` (HopSkipJump's label queries), else
+        one (a white-box channel: one forward and backward pass on the plain query)."""
+        if self.needs.channel:
+            recorded = f"{self.needs.channel}{QUERIES_SUFFIX}"
+            if view.has_channel(recorded):
+                return float(view.target_channel(recorded)[view.audit].mean())
+            return 1.0
+        return 1.0 if self.first_query_only else float(view.n_queries)
 
 
 _REGISTRY: dict[str, AttackSpec] = {}
@@ -214,15 +227,19 @@ def register_attack(
     needs: Needs = Needs(),
     description: str = "",
     family: str = "",
+    first_query_only: bool = False,
     **params: Any,
 ) -> Callable[[Callable[..., np.ndarray]], Callable[..., np.ndarray]]:
     """Register `fn` under `name`; keyword `params` are its defaults (variants re-register
-    the same function under another name with other defaults)."""
+    the same function under another name with other defaults). `first_query_only`: the
+    attack reads query 0 only, so it costs one query per sample whatever the bank holds."""
 
     def decorate(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         if name in _REGISTRY:
             raise ValueError(f"attack '{name}' is registered twice")
-        _REGISTRY[name] = AttackSpec(name, fn, needs, description, dict(params), family)
+        _REGISTRY[name] = AttackSpec(
+            name, fn, needs, description, dict(params), family, first_query_only
+        )
         return fn
 
     return decorate

@@ -32,7 +32,10 @@ def modified_entropy_score(view: TargetView) -> np.ndarray:
 
 
 @register_attack(
-    "correctness", family="threshold", description="Yeom's gap attack: 1 if argmax = y (query 0)"
+    "correctness",
+    family="threshold",
+    description="Yeom's gap attack: 1 if argmax = y (query 0)",
+    first_query_only=True,
 )
 def correctness_score(view: TargetView) -> np.ndarray:
     predicted = view.target_logits()[:, 0, :].argmax(axis=1)

@@ -17,7 +17,7 @@ from miaudit.audit.references import References
 from miaudit.audit.sources import Target
 from miaudit.errors import ConfigError, DataError
 from miaudit.signals import SignalBank
-from miaudit.signals.boundary import boundary_distances
+from miaudit.signals.boundary import boundary_channels
 from miaudit.signals.query import per_sample_grad_norms, query_logits
 
 log = logging.getLogger(__name__)
@@ -137,9 +137,8 @@ def build_audit_bank(
             "model queries per sample and model; set signals.boundary_distance: true")
     else:
         start = time.perf_counter()
-        channels["boundary_distance"] = np.stack([
-            boundary_distances(m, data.features, labels, rows, seed=cfg.seed, device=device)
-            for m in models])
+        channels.update(boundary_channels(
+            models, data.features, labels, rows, seed=cfg.seed, device=device))
         seconds["boundary_seconds"] = time.perf_counter() - start
     n_models = logits.shape[0]
     membership = np.zeros((n_models, n_rows), dtype=bool)

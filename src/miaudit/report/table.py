@@ -56,7 +56,7 @@ def _fmt_cost(key: str, value: Any) -> str:
     if key.endswith(" s"):
         return f"{float(value):.1f}"
     if isinstance(value, float) and not value.is_integer():
-        return f"{value:.3g}"
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return f"{int(value):,}" if isinstance(value, (int, float)) else str(value)
 
 

@@ -2,7 +2,9 @@
 
 `bank.npz` is the interchange format of DESIGN.md: `logits [M,N,Q,C]`, `labels [N]`,
 `membership [M,N]`, optional `population [N]` and `audit [N]`. White-box channels (one float
-per model and sample, e.g. the per-sample gradient norm) travel as `channel_<name> [M,N]`.
+per model and sample, e.g. the per-sample gradient norm) travel as `channel_<name> [M,N]`;
+a channel `<name>_queries` beside one records the queries each model answered to compute it
+per sample (HopSkipJump's label queries), which the result table reports as the attack's cost.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from miaudit.io import atomic_path
 from miaudit.signals.statistics import StatisticCache
 
 CHANNEL_PREFIX = "channel_"
+# Channel `<name>_queries` [M, N]: queries each model answered to compute channel <name> for
+# each sample (HopSkipJump's label queries), read for the cost column.
+QUERIES_SUFFIX = "_queries"
 _REQUIRED_KEYS = ("logits", "labels", "membership")
 _OPTIONAL_KEYS = ("population", "audit")
 

@@ -27,6 +27,10 @@ import math
 import numpy as np
 import torch
 
+from miaudit.signals.bank import QUERIES_SUFFIX
+
+CHANNEL = "boundary_distance"
+
 
 def _predict(module: torch.nn.Module, x: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     with torch.no_grad():
@@ -48,14 +52,35 @@ def _binary_search(
 
 
 class _Oracle:
-    """phi(x) = the model's label differs from y (per sample), counting queries."""
+    """phi(x) = the model's label differs from y (per sample), counting queries.
+
+    Every call asks for the labels of the same number of inputs per sample of the batch (all
+    b samples, or `estimates` probes of each), so `queries` is the count for each sample."""
 
     def __init__(self, module: torch.nn.Module, y: torch.Tensor, shape: tuple[int, ...]):
         self.module, self.y, self.shape = module, y, shape
+        self.queries = 0
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         y = self.y if y is None else y
+        self.queries += len(x) // len(self.y)
         return _predict(self.module, x, self.shape) != y
+
+
+def boundary_channels(
+    modules: list[torch.nn.Module], features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
+    **options: object,
+) -> dict[str, np.ndarray]:
+    """The bank channels of HopSkipJump for each module: `boundary_distance` float64 [M, R]
+    and `boundary_distance_queries` (the label queries each sample's search cost), for the
+    cost column. `options` go to `boundary_distances`."""
+    distances = np.empty((len(modules), len(rows)))
+    queries = np.empty((len(modules), len(rows)), dtype=np.int64)
+    for k, module in enumerate(modules):
+        distances[k] = boundary_distances(
+            module, features, labels, rows, queries=queries[k], **options  # type: ignore[arg-type]
+        )
+    return {CHANNEL: distances, CHANNEL + QUERIES_SUFFIX: queries.astype(np.float64)}
 
 
 def _clamp(x: torch.Tensor, clip: tuple[float, float] | None) -> torch.Tensor:
@@ -76,12 +101,15 @@ def boundary_distances(
     clip: tuple[float, float] | None = None,
     device: str = "cpu",
     batch_size: int = 256,
+    queries: np.ndarray | None = None,
 ) -> np.ndarray:
     """HopSkipJump L2 distance to `module`'s decision boundary per row, float64 [len(rows)].
 
     `features` [n, ...] and `labels` [n] are the whole dataset (rows not in `rows` serve as
     initialisation candidates too); 0 for rows the model misclassifies. Deterministic for a
-    given `seed`. Cost per sample: about steps * (estimates + 2 * search_steps + 10) queries.
+    given `seed`. Cost per sample: about steps * (estimates + 2 * search_steps + 10) label
+    queries; when `queries` (int64 [len(rows)]) is given, it receives each row's count (1 for a
+    misclassified row: the check; the shared initialisation pool's labels are not counted).
     """
     module = module.eval().to(device)
     rows = np.asarray(rows, dtype=np.int64)
@@ -100,12 +128,17 @@ def boundary_distances(
         x0 = flat[batch].to(device)
         y = torch.from_numpy(np.asarray(labels)[batch].astype(np.int64)).to(device)
         correct = _predict(module, x0, shape) == y
+        used = np.ones(len(batch), dtype=np.int64)  # the label check
         if correct.any():
-            found = _hsja(
+            found, searched = _hsja(
                 module, x0[correct], y[correct], shape, pool_x, pool_pred, lo, hi, gen,
                 steps, estimates, search_steps, clip,
             )
-            out[start : start + len(batch)][correct.cpu().numpy()] = found
+            hit = correct.cpu().numpy()
+            out[start : start + len(batch)][hit] = found
+            used[hit] += searched
+        if queries is not None:
+            queries[start : start + len(batch)] = used
     return out
 
 
@@ -123,7 +156,8 @@ def _hsja(
     estimates: int,
     search_steps: int,
     clip: tuple[float, float] | None,
-) -> np.ndarray:
+) -> tuple[np.ndarray, int]:
+    """Distances of the batch, float64 [b], and the label queries made for each sample."""
     b, dim = x0.shape
     device = x0.device
     adversarial = _Oracle(module, y, shape)
@@ -178,4 +212,4 @@ def _hsja(
     if not finite.all():
         cap = best[finite].max() if finite.any() else torch.tensor(float(hi - lo) * dim**0.5)
         best = torch.where(finite, best, cap)
-    return best.double().cpu().numpy()
+    return best.double().cpu().numpy(), adversarial.queries
