@@ -7,7 +7,7 @@ import yaml
 from miaudit.attacks import TargetView
 from miaudit.config import config_from_dict
 from miaudit.errors import AttackError, ConfigError
-from miaudit.pipeline import evaluate_bank, public_threshold, run
+from miaudit.pipeline import default_queries, evaluate_bank, public_threshold, run
 
 
 def _tiny_config(tmp_path, **overrides):
@@ -185,3 +185,13 @@ def test_reference_recipe_names_and_plain(tmp_path):
     assert again.meta["recipes"]["reference"]["epochs"] == 1
     assert again.meta["recipes"]["reference_source"] == "short"
     assert again.meta["models_trained"] == 2  # the target came from the cache
+
+
+def test_default_queries_follow_the_attacks_papers():
+    assert default_queries("tabular", ["rapid", "loss"]) == ["plain"]
+    assert default_queries("image", ["loss", "lira-offline"]) == ["plain", "mirror"]
+    rapid = default_queries("image", ["loss", "rapid"])  # RAPID: 8 augmented queries
+    assert len(rapid) == 8 and rapid[:2] == ["plain", "mirror"] and rapid[-1] == "crop-flip-6"
+    assert default_queries("image", ["rapid-hybrid"]) == rapid
+    with pytest.raises(AttackError, match="unknown attack"):
+        default_queries("image", ["rapdi"])

@@ -30,8 +30,17 @@ from miaudit.results import AttackOutcome, AuditResult
 from miaudit.signals import SignalBank
 from miaudit.signals.boundary import boundary_channels
 from miaudit.signals.defences import apply_defence
-from miaudit.signals.query import per_sample_grad_norms, query_logits
+from miaudit.signals.query import augmented_queries, per_sample_grad_norms, query_logits
 from miaudit.train import ModelCache, TrainedModel
+
+
+def default_queries(kind: str, attacks: list[str]) -> list[str]:
+    """Queries of a run that does not list them: plain for tabular data; for images, the
+    largest number of augmented queries any of the run's attacks' papers makes (plain and
+    mirror; 8 with RAPID: plain, mirror and 6 crop + flip draws)."""
+    if kind != "image":
+        return ["plain"]
+    return augmented_queries(max([get_attack(a).image_queries for a in attacks] + [2]))
 
 
 def resolve_device(name: str) -> str:
@@ -76,7 +85,7 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     models = train_design(cfg, dataset, design, cache, device, progress)
     copies = forgetting_models(cfg, dataset, design, models[design.target], cache, device)
     train_wall = time.perf_counter() - start
-    queries = cfg.signals.queries or (["plain", "mirror"] if dataset.kind == "image" else ["plain"])
+    queries = cfg.signals.queries or default_queries(dataset.kind, cfg.attacks)
     start = time.perf_counter()
     bank, forgetting_bank = query_bank(cfg, dataset, design, models, copies, queries, device,
                                        progress)  # fmt: skip

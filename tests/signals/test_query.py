@@ -3,7 +3,12 @@ import pytest
 import torch
 
 from miaudit.errors import ConfigError
-from miaudit.signals.query import make_query, per_sample_grad_norms, query_logits
+from miaudit.signals.query import (
+    augmented_queries,
+    make_query,
+    per_sample_grad_norms,
+    query_logits,
+)
 
 
 def test_crop_flip_is_deterministic_per_row_regardless_of_batching():
@@ -55,3 +60,13 @@ def test_query_logits_and_grad_norms_match_direct_computation():
         loss.backward()
         direct = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
         assert norms[i] == pytest.approx(direct, rel=1e-5)
+
+
+def test_augmented_queries_are_prefixes_of_one_list():
+    assert augmented_queries(1) == ["plain"]
+    assert augmented_queries(2) == ["plain", "mirror"]
+    eight = augmented_queries(8)
+    assert eight[:2] == ["plain", "mirror"] and eight[2:] == [f"crop-flip-{k}" for k in range(1, 7)]
+    assert augmented_queries(3) == eight[:3]
+    with pytest.raises(ConfigError, match="at least one query"):
+        augmented_queries(0)

@@ -204,6 +204,7 @@ class AttackSpec:
     params: dict[str, Any] = field(default_factory=dict)  # defaults, overridable per run
     family: str = ""
     first_query_only: bool = False  # reads query 0 of the logits only (e.g. correctness)
+    image_queries: int = 2  # its paper's number of augmented queries on images (RAPID: 8)
 
     def queries_per_sample(self, view: TargetView) -> float:
         """Queries this attack makes to the target per audit sample: every query of the bank
@@ -228,17 +229,21 @@ def register_attack(
     description: str = "",
     family: str = "",
     first_query_only: bool = False,
+    image_queries: int = 2,
     **params: Any,
 ) -> Callable[[Callable[..., np.ndarray]], Callable[..., np.ndarray]]:
     """Register `fn` under `name`; keyword `params` are its defaults (variants re-register
     the same function under another name with other defaults). `first_query_only`: the
-    attack reads query 0 only, so it costs one query per sample whatever the bank holds."""
+    attack reads query 0 only, so it costs one query per sample whatever the bank holds.
+    `image_queries`: how many augmented queries its paper makes on images; a run on image
+    data that does not list its queries uses the largest of its attacks' (default 2: plain
+    and mirror)."""
 
     def decorate(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         if name in _REGISTRY:
             raise ValueError(f"attack '{name}' is registered twice")
         _REGISTRY[name] = AttackSpec(
-            name, fn, needs, description, dict(params), family, first_query_only
+            name, fn, needs, description, dict(params), family, first_query_only, image_queries
         )
         return fn
 

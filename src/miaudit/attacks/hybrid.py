@@ -86,6 +86,7 @@ def fit_imputer(features: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     family="shadow",
     needs=Needs(out_references=1, shadows=2),
     description="RAPID's scorer on [loss, calibrated loss] + LiRA offline/online + RMIA scores",
+    image_queries=8,
     extra_attacks=DEFAULT_EXTRA_ATTACKS,
     **RAPID_DEFAULTS,
 )

@@ -89,6 +89,7 @@ def rapid_scorer_attack(
     family="shadow",
     needs=Needs(out_references=1, shadows=2),
     description="He et al. CCS'24: MLP scorer on [loss, loss - mean OUT-reference loss]",
+    image_queries=8,
     **RAPID_DEFAULTS,
 )
 def rapid_score(view: TargetView, **params: Any) -> np.ndarray:

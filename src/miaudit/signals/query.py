@@ -53,6 +53,14 @@ def _crop_flip(seed: int, n_rows: int, padding: int = 4) -> QueryFn:
     return apply
 
 
+def augmented_queries(count: int) -> list[str]:
+    """The first `count` of plain, mirror, crop-flip-1, crop-flip-2, ... (RAPID's 8 and
+    LiRA's 2 are prefixes of this list)."""
+    if count < 1:
+        raise ConfigError(f"need at least one query; got {count}.")
+    return (["plain", "mirror"] + [f"crop-flip-{k}" for k in range(1, count - 1)])[:count]
+
+
 def make_query(name: str, n_rows: int, kind: str) -> QueryFn:
     """The query transform called `name` for a dataset of `n_rows` rows of kind image/tabular."""
     if name == "plain":

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from miaudit.signals.query import augmented_queries
 from miaudit.studies.rapid_report import summarize
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell
@@ -32,7 +33,7 @@ from miaudit.studies.sweep import Cell
 ATTACKS = ["rapid", "lira-offline", "lira-offline-fixed-variance", "rmia", "calibrated-loss",
            "loss"]
 # The paper's augmented queries: 8 (plain, its mirror, 6 random crop+flip draws).
-IMAGE_QUERIES = ["plain", "mirror"] + [f"crop-flip-{k}" for k in range(1, 7)]
+IMAGE_QUERIES = augmented_queries(8)
 
 _TABULAR_MLP = {"architecture": "mlp", "arch_params": {"hidden": 256}, "optimizer": "sgd",
                 "lr": 0.1, "epochs": 40, "batch_size": 64}
