@@ -3,6 +3,7 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
+from miaudit.errors import ConfigError
 from miaudit.train import ModelCache, Recipe, train_model
 from miaudit.train.cache import forgetting_key, key_for
 from miaudit.train.forgetting import forget
@@ -33,6 +34,11 @@ def test_forgetting_warm_starts_from_the_target_and_trains_on_public_rows_only(d
         torch.testing.assert_close(a, b)  # seeded
     with pytest.raises(ValueError, match="architecture"):
         forget(target, recipe.replace(architecture="mnist-cnn"), x, y, public, seed=1)
+    # public labels the target has no output for: a clear error, not a crash in the loss
+    with pytest.raises(ConfigError, match=r"\[0, 10\)"):
+        forget(target, recipe, x, np.where(y == 9, 12, y), public, seed=1)
+    with pytest.raises(ConfigError, match="indices"):
+        forget(target, recipe, x, y, np.array([len(x)]), seed=1)
 
 
 def test_forgetting_copies_are_cached_under_their_own_key(digits, tmp_path):

@@ -48,6 +48,7 @@ from miaudit.models import build_model
 from miaudit.train import trainer
 from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.recipe import PRV_MAX_AUTO_EPSILON, Recipe
+from miaudit.train.rows import training_rows
 from miaudit.train.trainer import ArrayLike, EpochCallback, EpochInfo, TrainedModel
 
 log = logging.getLogger(__name__)
@@ -213,18 +214,9 @@ def train_model_dp(
         raise ConfigError("train_model_dp needs a recipe with dp set.")
     dp = dict(recipe.dp)
     device = torch.device(device)
-    if len(features) != len(labels):
-        raise ConfigError(f"features has {len(features)} rows but labels has {len(labels)}.")
-    idx = trainer.check_indices(indices, len(features))
-    n_classes = trainer.infer_num_classes(labels) if num_classes is None else int(num_classes)
+    rows = training_rows(features, labels, indices, device, num_classes)
+    idx, x, y, n_classes = rows.idx, rows.x, rows.y, rows.n_classes
     init_seed, shuffle_seed = trainer.derive_seeds(seed)
-    x = trainer.gather_rows(features, idx, device, torch.float32)
-    y = trainer.gather_rows(labels, idx, device, torch.int64)
-    if int(y.min()) < 0 or int(y.max()) >= n_classes:
-        raise ConfigError(
-            f"training labels must lie in [0, {n_classes}) (num_classes), got range "
-            f"[{int(y.min())}, {int(y.max())}]; pass the right num_classes."
-        )
     input_shape = tuple(int(d) for d in x.shape[1:])
     n = len(idx)
     loader = DataLoader(

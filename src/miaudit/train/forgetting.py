@@ -16,14 +16,13 @@ import numpy as np
 import torch
 
 from miaudit.train.recipe import Recipe
+from miaudit.train.rows import training_rows
 from miaudit.train.trainer import (
     ArrayLike,
     TrainedModel,
     _train_epoch,
-    check_indices,
     cpu_threads,
     derive_seeds,
-    gather_rows,
     make_optimizer,
 )
 
@@ -48,9 +47,8 @@ def forget(
             f"target's '{target.recipe.architecture}'."
         )
     device = torch.device(device)
-    idx = check_indices(public_rows, len(features))
-    x = gather_rows(features, idx, device, torch.float32)
-    y = gather_rows(labels, idx, device, torch.int64)
+    rows = training_rows(features, labels, public_rows, device, target.num_classes)
+    idx, x, y = rows.idx, rows.x, rows.y
     module = copy.deepcopy(target.module).to(device).train()
     optimizer = make_optimizer(recipe, list(module.parameters()))
     shuffler = torch.Generator(device="cpu").manual_seed(derive_seeds(seed)[1])

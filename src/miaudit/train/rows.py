@@ -6,6 +6,8 @@ by :mod:`miaudit.train.trainer`, where they lived first.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -53,3 +55,37 @@ def gather_rows(
         rows = torch.as_tensor(idx, device=array.device)
         return array.index_select(0, rows).to(device=device, dtype=dtype)
     return torch.as_tensor(np.take(np.asarray(array), idx, axis=0)).to(device=device, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class TrainingRows:
+    """One model's checked training rows on its device."""
+
+    idx: np.ndarray  # sorted int64 row ids
+    x: torch.Tensor  # float32 [n, ...]
+    y: torch.Tensor  # int64 [n], each in [0, n_classes)
+    n_classes: int
+
+
+def training_rows(
+    features: ArrayLike,
+    labels: ArrayLike,
+    indices: ArrayLike,
+    device: torch.device,
+    num_classes: int | None = None,
+) -> TrainingRows:
+    """Rows `indices` of `features`/`labels` on `device`, with every check a trainer needs:
+    equal lengths, valid indices, labels in [0, num_classes) (default: labels.max() + 1 over
+    all rows, so models on different subsets share an output size)."""
+    if len(features) != len(labels):
+        raise ConfigError(f"features has {len(features)} rows but labels has {len(labels)}.")
+    idx = check_indices(indices, len(features))
+    n_classes = infer_num_classes(labels) if num_classes is None else int(num_classes)
+    x = gather_rows(features, idx, device, torch.float32)
+    y = gather_rows(labels, idx, device, torch.int64)
+    if int(y.min()) < 0 or int(y.max()) >= n_classes:
+        raise ConfigError(
+            f"training labels must lie in [0, {n_classes}) (num_classes), got range "
+            f"[{int(y.min())}, {int(y.max())}]; pass the right num_classes."
+        )
+    return TrainingRows(idx, x, y, n_classes)

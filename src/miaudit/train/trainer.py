@@ -33,6 +33,7 @@ from miaudit.train.rows import (  # noqa: F401  (re-exported: trainer.check_indi
     check_indices,
     gather_rows,
     infer_num_classes,
+    training_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -221,19 +222,9 @@ def train_model(
                 on_epoch_end=on_epoch_end, desc=desc, checkpoints=checkpoints,
             )  # fmt: skip
     device = torch.device(device)
-    if len(features) != len(labels):
-        raise ConfigError(f"features has {len(features)} rows but labels has {len(labels)}.")
-    idx = check_indices(indices, len(features))
-    n_classes = infer_num_classes(labels) if num_classes is None else int(num_classes)
+    rows = training_rows(features, labels, indices, device, num_classes)
+    idx, x, y, n_classes = rows.idx, rows.x, rows.y, rows.n_classes
     init_seed, shuffle_seed = derive_seeds(seed)
-
-    x = gather_rows(features, idx, device, torch.float32)
-    y = gather_rows(labels, idx, device, torch.int64)
-    if int(y.min()) < 0 or int(y.max()) >= n_classes:
-        raise ConfigError(
-            f"training labels must lie in [0, {n_classes}) (num_classes), got range "
-            f"[{int(y.min())}, {int(y.max())}]; pass the right num_classes."
-        )
     input_shape = tuple(int(d) for d in x.shape[1:])
     n = len(idx)
     steps_per_epoch = math.ceil(n / recipe.batch_size)
