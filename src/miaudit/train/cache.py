@@ -111,32 +111,15 @@ class ModelCache:
         labels: ArrayLike,
         num_classes: int | None = None,
         progress: bool = True,
-        desc: str = "training",
         num_threads: int | None = None,
     ) -> TrainedModel:
-        """The cached model for these inputs, training (and storing) it on a miss."""
-        key = key_for(dataset_fingerprint, indices, recipe, seed, num_classes)
-        n_classes = trainer.infer_num_classes(labels) if num_classes is None else num_classes
-        input_shape = tuple(int(d) for d in features.shape[1:])
-        model = self._try_load(key, recipe, seed, input_shape, int(n_classes), device)
-        if model is not None:
-            self.stats.hits += 1
-            return model
-        self.stats.misses += 1
-        model = trainer.train_model(
-            recipe,
-            features,
-            labels,
-            indices,
-            seed,
-            device,
-            num_classes=n_classes,
-            progress=progress,
-            desc=desc,
-            num_threads=num_threads,
-        )
-        self._store(key, model, dataset_fingerprint, indices)
-        return model
+        """The cached model for these inputs, training (and storing) it on a miss: one job
+        of :meth:`get_or_train_many`, trained in this process."""
+        return self.get_or_train_many(
+            dataset_fingerprint, [(indices, seed)], recipe, device, features=features,
+            labels=labels, num_classes=num_classes, progress=progress,
+            num_threads=num_threads, workers=1,
+        )[0]  # fmt: skip
 
     def get_or_train_many(
         self,
