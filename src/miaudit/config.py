@@ -109,22 +109,33 @@ _NESTED = {
 }
 
 
-def _build(cls: type, data: Any, where: str) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"'{where}' must be a mapping; got {type(data).__name__}.")
-    valid = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        if key not in valid:
-            close = difflib.get_close_matches(str(key), list(valid), n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
+def build_config(
+    root: type, data: Any, sections: dict[str, type], what: str = "the config"
+) -> Any:
+    """Dataclass `root` from a mapping whose keys in `sections` are nested dataclasses; an
+    unknown key is a ConfigError naming its place, the closest valid key and all of them.
+    `what` names the document in messages ("the config", "the audit config")."""
+
+    def build(cls: type, value: Any, where: str) -> Any:
+        if not isinstance(value, dict):
             raise ConfigError(
-                f"unknown key '{where + '.' if where else ''}{key}' in the config.{hint} "
-                f"Valid keys{' of ' + where if where else ''}: {', '.join(valid)}."
+                f"'{where or what}' must be a mapping; got {type(value).__name__}."
             )
-        nested = _NESTED.get(key) if cls is RunConfig else None
-        kwargs[key] = _build(nested, value, key) if nested and value is not None else value
-    return cls(**kwargs)
+        valid = [f.name for f in dataclasses.fields(cls)]
+        kwargs = {}
+        for key, item in value.items():
+            if key not in valid:
+                close = difflib.get_close_matches(str(key), valid, n=1)
+                hint = f" Did you mean '{close[0]}'?" if close else ""
+                raise ConfigError(
+                    f"unknown key '{where + '.' if where else ''}{key}' in {what}.{hint} "
+                    f"Valid keys{' of ' + where if where else ''}: {', '.join(valid)}."
+                )
+            nested = sections.get(key) if cls is root else None
+            kwargs[key] = build(nested, item, key) if nested and item is not None else item
+        return cls(**kwargs)
+
+    return build(root, data, "")
 
 
 def _check_types(cfg: RunConfig) -> None:
@@ -213,7 +224,7 @@ def recipe_fields(cfg: RunConfig) -> tuple[dict[str, Any], str | dict[str, Any]]
 
 
 def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
-    cfg = _build(RunConfig, data or {}, "")
+    cfg = build_config(RunConfig, data or {}, _NESTED)
     _check_types(cfg)
     return cfg
 

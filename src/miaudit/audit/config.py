@@ -8,14 +8,13 @@ directory as ``audit.yaml``.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from miaudit.config import MetricsConfig
+from miaudit.config import MetricsConfig, build_config
 from miaudit.errors import ConfigError
 
 OUTPUT_KINDS = ("auto", "logits", "probabilities")
@@ -115,26 +114,6 @@ _SECTIONS: dict[str, type] = {
 }
 
 
-def _build(cls: type, data: Any, where: str) -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(
-            f"'{where or 'the config'}' must be a mapping; got {type(data).__name__}."
-        )
-    valid = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
-    for key, value in data.items():
-        if key not in valid:
-            close = difflib.get_close_matches(str(key), valid, n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(
-                f"unknown key '{where + '.' if where else ''}{key}' in the audit config.{hint} "
-                f"Valid keys{' of ' + where if where else ''}: {', '.join(valid)}."
-            )
-        nested = _SECTIONS.get(key) if cls is AuditConfig else None
-        kwargs[key] = _build(nested, value, key) if nested and value is not None else value
-    return cls(**kwargs)
-
-
 def _check(cfg: AuditConfig) -> None:
     def need(cond: bool, message: str) -> None:
         if not cond:
@@ -197,7 +176,7 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 def audit_config(data: dict[str, Any] | None) -> AuditConfig:
     """A validated AuditConfig from a mapping (YAML file and flags merged)."""
-    cfg = _build(AuditConfig, data or {}, "")
+    cfg = build_config(AuditConfig, data or {}, _SECTIONS, "the audit config")
     _check(cfg)
     return cfg
 
