@@ -3,6 +3,8 @@ run of the same real cells: same table, every result saved."""
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 import pytest
 from study_work import TRACE, invocations, smoke_cells, traced_work
@@ -57,11 +59,15 @@ def test_worker_setup_turns_off_the_trainers_nested_pool(monkeypatch):
     from miaudit.studies.executors import init_worker
     from miaudit.train import parallel
 
-    monkeypatch.setattr(parallel, "MIN_SAMPLES_FOR_WORKERS", parallel.MIN_SAMPLES_FOR_WORKERS)
+    monkeypatch.delenv(parallel.NESTED_ENV, raising=False)
+    monkeypatch.setattr(parallel, "usable_cpus", lambda: 2)
+    big = parallel.MIN_SAMPLES_FOR_WORKERS
+    assert parallel.default_workers(big, 10) == 2 and parallel.default_workers(big - 1, 10) == 1
     threads = torch.get_num_threads()
     try:
         init_worker(1)
         assert torch.get_num_threads() == 1
-        assert parallel.MIN_SAMPLES_FOR_WORKERS == float("inf")
+        assert parallel.default_workers(big * 100, 10) == 1  # no processes of its own
     finally:
         torch.set_num_threads(threads)
+        os.environ.pop(parallel.NESTED_ENV, None)  # init_worker set it in this process

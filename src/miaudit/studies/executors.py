@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -34,9 +35,7 @@ def init_worker(num_threads: int = 1) -> None:
     from miaudit.train import parallel
 
     torch.set_num_threads(num_threads)
-    # The trainer fans a large training job out over one process per core; inside a sweep
-    # worker that would oversubscribe the machine, so raise its threshold out of reach.
-    parallel.MIN_SAMPLES_FOR_WORKERS = float("inf")
+    os.environ[parallel.NESTED_ENV] = "1"
 
 
 class SerialExecutor:

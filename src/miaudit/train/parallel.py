@@ -30,6 +30,19 @@ from miaudit.train.trainer import TrainedModel, isolated_rng
 # worth it: with ~200k samples/s per core, 5M samples take ~25 s on one core and ~13 s + start
 # on two.
 MIN_SAMPLES_FOR_WORKERS = 5_000_000
+# Set (to any value) in processes that are themselves one of many parallel workers, e.g. a
+# study's sweep workers: the trainer then never starts processes of its own, which would
+# oversubscribe the cores. Inherited by every child process.
+NESTED_ENV = "MIAUDIT_NESTED_WORKER"
+
+
+def default_workers(samples: int, models: int) -> int:
+    """Training processes when the caller names none: one per usable core for at least
+    `MIN_SAMPLES_FOR_WORKERS` samples × epochs in all, else 1 (this process); 1 inside a
+    process marked with `NESTED_ENV`."""
+    if os.environ.get(NESTED_ENV) or samples < MIN_SAMPLES_FOR_WORKERS:
+        return 1
+    return max(1, min(usable_cpus(), models))
 
 _DATA: dict[str, Any] = {}  # each worker's copy of the features and labels
 

@@ -319,11 +319,11 @@ def train_models(
 
     Jobs with training sets of equal size are trained stacked, up to ``max_stack`` at a time,
     when the architecture allows it (``mlp``; see :mod:`miaudit.train.stacked`); the rest one
-    by one. On CPU the groups fan out over ``workers`` processes (``None``: one per usable
-    core when there are at least ``MIN_SAMPLES_FOR_WORKERS`` training samples in all, else
-    1 = this process), each with ``num_threads`` intra-op threads (``None``: 1 on CPU, which
-    measures fastest, see ``MAX_STACK``; unchanged on a GPU). ``max_stack=1`` trains one model
-    at a time (still with the stacked path's written-out backward where it applies).
+    by one. On CPU the groups fan out over ``workers`` processes (``None``:
+    ``parallel.default_workers``: one per usable core for a large job, else 1 = this
+    process), each with ``num_threads`` intra-op threads (``None``: 1 on CPU, which measures
+    fastest, see ``MAX_STACK``; unchanged on a GPU). ``max_stack=1`` trains one model at a
+    time (still with the stacked path's written-out backward where it applies).
     ``checkpoints`` as for ``train_model`` (each model's ``snapshots``).
     """
     from miaudit.train import parallel, stacked  # both import this module
@@ -338,8 +338,7 @@ def train_models(
     sizes = [len(check_indices(i, len(x))) for i in index_sets]
     threads = (1 if on_cpu else None) if num_threads is None else int(num_threads)
     if workers is None:
-        big = sum(sizes) * recipe.epochs >= parallel.MIN_SAMPLES_FOR_WORKERS
-        workers = min(parallel.usable_cpus(), len(seeds)) if on_cpu and big else 1
+        workers = parallel.default_workers(sum(sizes) * recipe.epochs, len(seeds)) if on_cpu else 1
     if int(workers) < 1:
         raise ConfigError(f"workers must be >= 1 or None, got {workers}.")
     workers = int(workers) if on_cpu else 1
