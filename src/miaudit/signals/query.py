@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from miaudit.errors import ConfigError
+from miaudit.malloc import keep_freed_memory
 
 # (batch of inputs, their dataset row ids) -> transformed batch
 QueryFn = Callable[[torch.Tensor, np.ndarray], torch.Tensor]
@@ -112,10 +113,12 @@ def query_logits(
     return out
 
 
-# Per-sample gradients held at once by `per_sample_grad_norms`. 2,000 rows on this 2-core CPU,
-# seconds at batch 256 / 64 / 32 / 16 / 8: mnist-cnn (431k parameters) 7.9 / 4.6 / 3.1 / 2.3 /
-# 3.0, cifar-cnn (135k) 3.5 / 2.6 / 2.7 / 3.2 / 4.4; best near 16-64 MiB of gradients a batch.
-_GRAD_BATCH_BYTES = 32 * 2**20
+# Per-sample gradients held at once by `per_sample_grad_norms`. 3,000 rows, idle 2-core CPU,
+# seconds with the heap kept (`keep_freed_memory`): mnist-cnn (431k parameters) batch 19 /
+# 38 / 77: 4.6-6.7 / 3.8-3.9 / 3.9-4.2; mlp (1.25M) batch 6 / 13 / 26: 11.1 / 8.4 / 7.4;
+# cifar-cnn (135k) batch 62 / 124 / 256: 5.6 / 3.9 / 4.0. Before (batch 256, fresh pages for
+# every batch): mnist-cnn 13.1-15.3, mlp 61-69 (half or more in page faults).
+_GRAD_BATCH_BYTES = 64 * 2**20
 
 
 def per_sample_grad_norms(
@@ -130,7 +133,8 @@ def per_sample_grad_norms(
 
     Uses torch.func (vmap over per-sample gradients), with the model in eval mode. vmap holds
     every sample's whole gradient at once, so the default batch holds about
-    `_GRAD_BATCH_BYTES` of them (rows are independent: the batch changes no value).
+    `_GRAD_BATCH_BYTES` of them (rows are independent: the batch moves a norm by float32
+    rounding at most, ~1e-7 relative).
     """
     module = module.eval().to(device)
     if batch_size is None:
@@ -145,15 +149,16 @@ def per_sample_grad_norms(
 
     grad_fn = torch.func.vmap(torch.func.grad(sample_loss), in_dims=(None, 0, 0))
     norms = np.empty(len(rows), dtype=np.float64)
-    for start in range(0, len(rows), batch_size):
-        batch = rows[start : start + batch_size]
-        x = torch.from_numpy(features[batch]).to(device)
-        y = torch.from_numpy(labels[batch].astype(np.int64)).to(device)
-        grads = grad_fn(params, x, y)
-        # Sum the squares in float64: in float32 a million-parameter sum drifts by ~1e-4
-        # relative, and with it the ranking of the calibrated score.
-        squared = sum(
-            g.reshape(len(batch), -1).double().pow(2).sum(1) for g in grads.values()
-        )
-        norms[start : start + len(batch)] = squared.sqrt().double().cpu().numpy()
+    with keep_freed_memory():  # each batch reallocates the same large gradient tensors
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            x = torch.from_numpy(features[batch]).to(device)
+            y = torch.from_numpy(labels[batch].astype(np.int64)).to(device)
+            grads = grad_fn(params, x, y)
+            # Sum the squares in float64: in float32 a million-parameter sum drifts by ~1e-4
+            # relative, and with it the ranking of the calibrated score.
+            squared = sum(
+                g.reshape(len(batch), -1).double().pow(2).sum(1) for g in grads.values()
+            )
+            norms[start : start + len(batch)] = squared.sqrt().double().cpu().numpy()
     return norms

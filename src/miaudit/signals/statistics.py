@@ -18,14 +18,14 @@ is exactly where low-FPR rankings are decided.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
+
+from miaudit.malloc import release_freed_memory
 
 # Bytes of one float64 [samples, Q, C] block of the pass, and of the attacks' [R, samples, Q]
 # blocks. Pass over 16 models of 100k samples, one thread, CPU seconds: 2-16 MiB 0.42-0.58,
@@ -255,19 +255,9 @@ class StatisticCache:
             if workers > 1:
                 with ThreadPoolExecutor(workers, thread_name_prefix="statistics") as pool:
                     list(pool.map(run, tasks))
-                _release_freed_memory()
+                release_freed_memory()
             else:
                 for task in tasks:
                     run(task)
         for name in names:
             self._done[name][rows] = True
-
-
-def _release_freed_memory() -> None:
-    """Return freed heap memory to the OS (glibc only; elsewhere nothing happens). The worker
-    threads' malloc arenas otherwise keep their freed temporaries resident: 30-50 MiB of RSS
-    after a pass over 100k samples (measured)."""
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
