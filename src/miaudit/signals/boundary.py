@@ -27,6 +27,7 @@ import math
 import numpy as np
 import torch
 
+from miaudit.malloc import keep_freed_memory
 from miaudit.signals.bank import QUERIES_SUFFIX
 
 CHANNEL = "boundary_distance"
@@ -123,22 +124,23 @@ def boundary_distances(
     pool_x = flat[take].to(device)
     pool_pred = torch.cat([_predict(module, chunk, shape) for chunk in pool_x.split(1024)])
     out = np.zeros(len(rows), dtype=np.float64)
-    for start in range(0, len(rows), batch_size):
-        batch = rows[start : start + batch_size]
-        x0 = flat[batch].to(device)
-        y = torch.from_numpy(np.asarray(labels)[batch].astype(np.int64)).to(device)
-        correct = _predict(module, x0, shape) == y
-        used = np.ones(len(batch), dtype=np.int64)  # the label check
-        if correct.any():
-            found, searched = _hsja(
-                module, x0[correct], y[correct], shape, pool_x, pool_pred, lo, hi, gen,
-                steps, estimates, search_steps, clip,
-            )
-            hit = correct.cpu().numpy()
-            out[start : start + len(batch)][hit] = found
-            used[hit] += searched
-        if queries is not None:
-            queries[start : start + len(batch)] = used
+    with keep_freed_memory():  # each step reallocates the same probe batches (~40 MiB)
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            x0 = flat[batch].to(device)
+            y = torch.from_numpy(np.asarray(labels)[batch].astype(np.int64)).to(device)
+            correct = _predict(module, x0, shape) == y
+            used = np.ones(len(batch), dtype=np.int64)  # the label check
+            if correct.any():
+                found, searched = _hsja(
+                    module, x0[correct], y[correct], shape, pool_x, pool_pred, lo, hi, gen,
+                    steps, estimates, search_steps, clip,
+                )
+                hit = correct.cpu().numpy()
+                out[start : start + len(batch)][hit] = found
+                used[hit] += searched
+            if queries is not None:
+                queries[start : start + len(batch)] = used
     return out
 
 
