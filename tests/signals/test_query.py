@@ -88,6 +88,21 @@ def test_grad_norms_of_a_large_model_do_not_depend_on_the_batch():
     np.testing.assert_allclose(default[:8], direct, rtol=1e-6)
 
 
+def test_squared_norms_match_a_float64_sum():
+    from miaudit.signals.query import _squared_norms
+
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(5, 300_001)).astype(np.float32)  # not a multiple of the chunk
+    rows[1] *= 1e-6
+    rows[2, :1000] *= 1e4  # a few large values among many small ones
+    want = (rows.astype(np.float64) ** 2).sum(1)
+    got = _squared_norms(torch.from_numpy(rows)).numpy()
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, want, rtol=1e-7)
+    assert _squared_norms(torch.from_numpy(rows[:, :100])).numpy() == pytest.approx(
+        (rows[:, :100].astype(np.float64) ** 2).sum(1), rel=1e-12)  # all in the remainder
+
+
 def test_augmented_queries_are_prefixes_of_one_list():
     assert augmented_queries(1) == ["plain"]
     assert augmented_queries(2) == ["plain", "mirror"]

@@ -117,8 +117,21 @@ def query_logits(
 # seconds with the heap kept (`keep_freed_memory`): mnist-cnn (431k parameters) batch 19 /
 # 38 / 77: 4.6-6.7 / 3.8-3.9 / 3.9-4.2; mlp (1.25M) batch 6 / 13 / 26: 11.1 / 8.4 / 7.4;
 # cifar-cnn (135k) batch 62 / 124 / 256: 5.6 / 3.9 / 4.0. Before (batch 256, fresh pages for
-# every batch): mnist-cnn 13.1-15.3, mlp 61-69 (half or more in page faults).
+# every batch): mnist-cnn 13.1-15.3, mlp 61-69 (half or more in page faults). With the
+# chunked squares (`_squared_norms`) on top: mnist-cnn batch 38 2.4-3.9, mlp batch 13 5.4.
 _GRAD_BATCH_BYTES = 64 * 2**20
+
+
+def _squared_norms(rows: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    """Σ rows² per row as float64 [b]: float32 norms of 256-value chunks, squared and summed
+    in float64. One float32 sum over a million values drifts by ~1e-4 relative (the ranking of
+    the calibrated score moves with it); casting all to float64 first took 20x longer (60 vs
+    3 ms for 38 x 431k values) for an error of 1e-13 against this one's 4e-9."""
+    b, n = rows.shape
+    whole = n // chunk * chunk
+    squared = torch.linalg.vector_norm(rows[:, :whole].reshape(b, -1, chunk), dim=2)
+    total = squared.double().square().sum(1)
+    return total + rows[:, whole:].double().square().sum(1)
 
 
 def per_sample_grad_norms(
@@ -155,10 +168,6 @@ def per_sample_grad_norms(
             x = torch.from_numpy(features[batch]).to(device)
             y = torch.from_numpy(labels[batch].astype(np.int64)).to(device)
             grads = grad_fn(params, x, y)
-            # Sum the squares in float64: in float32 a million-parameter sum drifts by ~1e-4
-            # relative, and with it the ranking of the calibrated score.
-            squared = sum(
-                g.reshape(len(batch), -1).double().pow(2).sum(1) for g in grads.values()
-            )
+            squared = sum(_squared_norms(g.reshape(len(batch), -1)) for g in grads.values())
             norms[start : start + len(batch)] = squared.sqrt().double().cpu().numpy()
     return norms
