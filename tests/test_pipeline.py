@@ -41,6 +41,8 @@ def test_run_writes_everything_and_reuses_cached_models(tmp_path, capsys):
     assert saved["seed"] == 1 and saved["models"] == 3
     metrics = json.loads((out / "metrics.json").read_text())
     assert list(metrics) == cfg.attacks
+    # the public-data threshold's own run is costed apart from scoring
+    assert all(m["cost"]["threshold_seconds"] >= 0 for m in metrics.values())
     assert result.meta["models_trained"] == 3 and result.members.size == 200
     assert "loss" in capsys.readouterr().out
     again, _ = run(cfg, progress=False, echo=False)
