@@ -229,15 +229,24 @@ def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
     return cfg
 
 
-def load_config(path: str | Path) -> RunConfig:
+def read_yaml(path: str | Path, what: str = "config") -> dict[str, Any]:
+    """A YAML mapping from a file, with clear errors."""
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"config file {path} does not exist.")
+    if not path.is_file():
+        raise ConfigError(f"{what} file {path} does not exist.")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
-    return config_from_dict(data)
+        raise ConfigError(f"{what} file {path} is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} file {path} must hold a mapping, not {type(data).__name__}.")
+    return data
+
+
+def load_config(path: str | Path) -> RunConfig:
+    return config_from_dict(read_yaml(path))
 
 
 def dump_config(cfg: RunConfig) -> str:

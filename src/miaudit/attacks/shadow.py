@@ -13,9 +13,8 @@ yields for every bank sample, and where they are defined (e.g. RAPID needs an OU
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ import torch
 
 from miaudit.attacks.base import TargetView
 from miaudit.errors import AttackError
+from miaudit.threads import cpu_threads
 
 Featurizer = Callable[[TargetView], tuple[np.ndarray, np.ndarray]]
 # Fitted on shadow features; returns the transform applied to shadow and target features alike.
@@ -113,19 +113,6 @@ def build_shadow_set(
 _SCORE_CHUNK = 16_384  # rows scored at once; bounds the float64 activations (~70 MB)
 
 
-@contextlib.contextmanager
-def _single_thread() -> Iterator[None]:
-    """Run torch on one thread, then restore the setting. The scorer's matrices are small
-    (batch 128), so intra-op threads can gain little, and on a busy 2-core machine their
-    synchronisation made training 5-25x slower than one thread (measured)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _network(n_in: int, hidden: Sequence[int], dropout: Sequence[float]) -> torch.nn.Sequential:
     layers: list[torch.nn.Module] = []
     width = n_in
@@ -152,7 +139,7 @@ class MLPScorer:
         out = np.full(features.shape[0], np.nan)
         ok = np.isfinite(features).all(axis=1)
         rows = np.flatnonzero(ok)
-        with torch.no_grad(), _single_thread():
+        with torch.no_grad(), cpu_threads(1):
             for start in range(0, rows.size, _SCORE_CHUNK):
                 chunk = rows[start : start + _SCORE_CHUNK]
                 x = torch.from_numpy((features[chunk] - self.mean) / self.scale)
@@ -185,7 +172,7 @@ def train_scorer(
     x = torch.from_numpy(((features - mean) / scale).astype(np.float32))
     y = torch.from_numpy(np.asarray(labels, dtype=np.float32))
     n = x.shape[0]
-    with torch.random.fork_rng(devices=[]), _single_thread():
+    with torch.random.fork_rng(devices=[]), cpu_threads(1):
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
         net = _network(x.shape[1], hidden, dropout)

@@ -27,7 +27,7 @@ def _mapping(text: str, flag: str) -> dict[str, Any]:
     """A YAML mapping given inline or as a file name."""
     path = Path(text)
     if path.suffix in (".yaml", ".yml", ".json") and path.is_file():
-        from miaudit.audit.config import read_yaml
+        from miaudit.config import read_yaml
 
         return read_yaml(path, flag)
     try:
@@ -89,10 +89,11 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from miaudit.audit.config import audit_config, merge, read_yaml
+    from miaudit.audit.config import audit_config, merge
     from miaudit.audit.run import run_audit
+    from miaudit.config import read_yaml
 
-    base = read_yaml(args.config) if args.config else {}
+    base = read_yaml(args.config, "audit config") if args.config else {}
     run_audit(audit_config(merge(base, flags_to_dict(args))), progress=not args.quiet)
     return 0
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -179,22 +178,6 @@ def audit_config(data: dict[str, Any] | None) -> AuditConfig:
     cfg = build_config(AuditConfig, data or {}, _SECTIONS, "the audit config")
     _check(cfg)
     return cfg
-
-
-def read_yaml(path: str | Path, what: str = "audit config") -> dict[str, Any]:
-    """A YAML mapping from a file, with clear errors."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{what} file {path} does not exist.")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} file {path} is not valid YAML: {exc}") from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{what} file {path} must hold a mapping, not {type(data).__name__}.")
-    return data
 
 
 def dump_audit_config(cfg: AuditConfig) -> str:

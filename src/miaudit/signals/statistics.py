@@ -17,7 +17,6 @@ is exactly where low-FPR rankings are decided.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 
 from miaudit.malloc import release_freed_memory
+from miaudit.threads import cpu_threads
 
 # Bytes of one float64 [samples, Q, C] block of the pass, and of the attacks' [R, samples, Q]
 # blocks. Pass over 16 models of 100k samples, one thread, CPU seconds: 2-16 MiB 0.42-0.58,
@@ -113,20 +113,6 @@ def row_statistics(
             terms = torch.where(onehot, -one_minus_p * log_p, -p * log_one_minus_p)
             res["modified_entropy"] = torch.sum(terms, dim=1, out=dst("modified_entropy"))
     return {k: v for k, v in res.items() if k in names}
-
-
-@contextlib.contextmanager
-def _one_intra_op_thread() -> Iterator[None]:
-    """Torch on one intra-op thread inside the block, then torch's setting again. The pass
-    runs its own worker threads instead: with two intra-op threads each small op waits on an
-    OpenMP barrier, and when other processes held the cores the pass took 3-8x longer than on
-    one thread (19-40 s against 3-6 s, measured on the shared 2-core machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def sample_blocks(n: int, bytes_per_sample: int, budget: int | None = None) -> Iterator[slice]:
@@ -251,7 +237,7 @@ class StatisticCache:
                 row_statistics(z, self._row_labels[block.start * q : block.stop * q], names, out)
 
         workers = min(torch.get_num_threads(), len(tasks))
-        with _one_intra_op_thread():
+        with cpu_threads(1):  # the pass's own worker threads instead (miaudit.threads)
             if workers > 1:
                 with ThreadPoolExecutor(workers, thread_name_prefix="statistics") as pool:
                     list(pool.map(run, tasks))

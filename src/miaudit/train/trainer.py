@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
+from miaudit.threads import cpu_threads
 from miaudit.train.augment import Augmentation, augment_seed, build_augmentation
 from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.recipe import Recipe
@@ -116,22 +117,6 @@ def isolated_rng(device: torch.device, seed: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed)
         yield
-
-
-@contextlib.contextmanager
-def cpu_threads(num_threads: int | None) -> Iterator[None]:
-    """Use ``num_threads`` intra-op CPU threads inside the block (``None``: leave torch's)."""
-    if num_threads is None:
-        yield
-        return
-    if int(num_threads) < 1:
-        raise ConfigError(f"num_threads must be >= 1 or None, got {num_threads}.")
-    before = torch.get_num_threads()
-    torch.set_num_threads(int(num_threads))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _progress_enabled(progress: bool) -> bool:
