@@ -5,12 +5,33 @@ The bank is built with plain torch (no miaudit trainer), so attack tests do not 
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_digits
 
 from miaudit.signals import SignalBank
+
+# The suite never reads a dataset or model from the user's caches: before any test module is
+# imported, the model cache and the data folder point at an empty private folder (tests that
+# need files make them under it or under their own tmp_path). `.ci/run` also runs the whole
+# suite with HOME and every cache moved to an empty folder, to prove it.
+_PRIVATE = Path(tempfile.mkdtemp(prefix="miaudit-tests-"))
+SUITE_CACHES = {"MIAUDIT_CACHE_DIR": _PRIVATE / "models", "MIAUDIT_DATA_DIR": _PRIVATE / "data"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for var, path in SUITE_CACHES.items():
+        os.environ[var] = str(path)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_PRIVATE, ignore_errors=True)
 
 # The suite's models and tensors are tiny: one intra-op thread avoids OpenMP spin-waiting,
 # which made a two-thread run several times slower on a 2-core machine (measured).

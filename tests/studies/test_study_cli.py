@@ -50,3 +50,19 @@ def test_merge_config_is_recursive_and_strict():
     assert base["b"]["c"] == 2
     with pytest.raises(StudyError, match="b.e"):
         merge_config(base, {"b": {"e": 1}})
+
+
+def test_merge_config_adds_dataset_entries_but_not_misspelt_keys_inside_them():
+    base = {"datasets": {"adult": {"split": {"audit": 10}}}}
+    merged = merge_config(base, {"datasets": {"digits": {"split": {"audit": 5}}}})
+    assert merged["datasets"]["digits"] == {"split": {"audit": 5}}
+    with pytest.raises(StudyError, match="datasets.adult.splt"):
+        merge_config(base, {"datasets": {"adult": {"splt": {}}}})
+
+
+def test_incomplete_new_dataset_entry_is_a_clear_error():
+    study = get_study("calibration")
+    config = resolve_config(study, "cpu", {"include": ["digits"],
+                                           "datasets": {"digits": {"split": {"audit": 100}}}})
+    with pytest.raises(StudyError, match="datasets.digits lacks recipe, forgetting"):
+        study.cells(config)

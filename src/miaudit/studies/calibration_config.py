@@ -101,6 +101,7 @@ PAPER: dict[str, Any] = {
 }
 
 CONFIGS = {"cpu": CPU, "paper": PAPER}
+ENTRY_KEYS = ("split", "recipe", "forgetting")  # what run_config reads of a dataset entry
 
 
 def _present(name: str) -> bool:
@@ -116,6 +117,11 @@ def present_datasets(config: dict[str, Any]) -> list[str]:
         if name not in config["datasets"]:
             raise StudyError(f"dataset {name!r} has no entry under `datasets` in the config; "
                              f"defined: {', '.join(config['datasets'])}.")
+        entry = config["datasets"][name]
+        missing = [k for k in ENTRY_KEYS if not isinstance(entry, dict) or k not in entry]
+        if missing:
+            raise StudyError(f"datasets.{name} lacks {', '.join(missing)}; an entry needs "
+                             f"{', '.join(ENTRY_KEYS)} (see the german-credit entry).")
         if not _present(name):
             raise StudyError(f"dataset {name!r} is not present: run `miaudit data fetch {name}`"
                              " or drop it from `include`.")

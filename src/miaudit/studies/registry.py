@@ -99,14 +99,20 @@ def list_studies() -> list[Study]:
     return [_STUDIES[k] for k in sorted(_STUDIES)]
 
 
+# Sections whose keys are names the user chooses (a study's datasets): a new key adds an entry
+# (each study checks the entries it uses are complete) instead of being a typo.
+OPEN_SECTIONS = ("datasets.",)
+
+
 def merge_config(base: Mapping[str, Any], overrides: Mapping[str, Any], where: str = "") -> dict:
     """``base`` with ``overrides`` applied recursively; a key ``base`` lacks is an error (so a
-    typo never silently does nothing), except below a mapping that is empty in ``base``."""
+    typo never silently does nothing), except below a mapping that is empty in ``base`` and in
+    an open section (``datasets``: a new dataset entry)."""
     out = copy.deepcopy(dict(base))
     for key, value in overrides.items():
         path = f"{where}{key}"
         if key not in out:
-            if base:
+            if base and where not in OPEN_SECTIONS:
                 close = difflib.get_close_matches(str(key), [str(k) for k in out], n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise StudyError(f"unknown study config key {path!r}.{hint} "
