@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.errors import AttackError
+from miaudit.progress import progress_bar
 
 __all__ = [
     "roc",
@@ -264,10 +265,13 @@ def _bootstrap(
         idx = rng.integers(0, n, size=(b, n)) + (np.arange(b) * n)[:, None]
         return np.bincount(idx.ravel(), minlength=b * n).reshape(b, n)
 
-    for lo in range(0, n_bootstrap, chunk):
-        b = min(chunk, n_bootstrap - lo)
-        stats = _resampled_stats(end1, end0, counts(b, n1), counts(b, n0), fprs)
-        aucs[lo : lo + b], tprs[lo : lo + b] = stats
+    # One update per chunk of resamples; the bar draws no numbers from `rng`.
+    with progress_bar(n_bootstrap, "bootstrap", "resample", quick=True) as bar:
+        for lo in range(0, n_bootstrap, chunk):
+            b = min(chunk, n_bootstrap - lo)
+            stats = _resampled_stats(end1, end0, counts(b, n1), counts(b, n0), fprs)
+            aucs[lo : lo + b], tprs[lo : lo + b] = stats
+            bar.update(b)
     return aucs, tprs
 
 

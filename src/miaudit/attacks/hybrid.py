@@ -96,4 +96,5 @@ def rapid_hybrid_score(
     """Member log-odds of the hybrid scorer; NaN where no reference is OUT for the sample.
     Other parameters: RAPID's (`rapid.RAPID_DEFAULTS`)."""
     names = usable_extra_attacks(view, extra_attacks)
-    return rapid_scorer_attack(view, hybrid_featurizer(names), preprocess=fit_imputer, **params)
+    return rapid_scorer_attack(view, hybrid_featurizer(names), preprocess=fit_imputer,
+                               desc="training the rapid-hybrid scorer", **params)  # fmt: skip

@@ -64,9 +64,11 @@ def rapid_scorer_attack(
     n_shadows: int | None,
     max_train_samples: int,
     seed: int,
+    desc: str = "training the rapid scorer",
 ) -> np.ndarray:
     """RAPID's scorer (MLP 2->512->256->128->1, dropout 0.2 after the first two hidden layers)
-    trained on `featurize`'s shadow rows, applied to the view's target."""
+    trained on `featurize`'s shadow rows, applied to the view's target. `desc` labels the
+    training's progress bar."""
     return scorer_attack(
         view,
         featurize,
@@ -81,6 +83,7 @@ def rapid_scorer_attack(
         weight_decay=weight_decay,
         epochs=epochs,
         batch_size=batch_size,
+        desc=desc,
     )
 
 

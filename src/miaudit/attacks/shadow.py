@@ -23,6 +23,7 @@ import torch
 
 from miaudit.attacks.base import TargetView
 from miaudit.errors import AttackError
+from miaudit.progress import progress_bar
 from miaudit.threads import cpu_threads
 
 Featurizer = Callable[[TargetView], tuple[np.ndarray, np.ndarray]]
@@ -158,9 +159,11 @@ def train_scorer(
     epochs: int = 150,
     batch_size: int = 128,
     seed: int = 0,
+    desc: str = "training the attack scorer",
 ) -> MLPScorer:
     """Train an MLP with BCE and Adam for a fixed number of epochs (no early stopping, no
-    selection on anything evaluated). Seeded; leaves torch's global RNG state untouched."""
+    selection on anything evaluated). Seeded; leaves torch's global RNG state untouched.
+    ``desc`` labels its progress bar over epochs (:mod:`miaudit.progress`)."""
     features = np.asarray(features, dtype=np.float64)
     if features.ndim != 2 or features.shape[0] != len(labels) or features.shape[0] == 0:
         raise AttackError(f"scorer training data has shape {features.shape}; need [rows>0, F].")
@@ -181,13 +184,16 @@ def train_scorer(
         opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay, foreach=True)
         loss_fn = torch.nn.BCEWithLogitsLoss()
         net.train()
-        for _ in range(int(epochs)):
-            order = torch.randperm(n, generator=gen)
-            for start in range(0, n, batch_size):
-                idx = order[start : start + batch_size]
-                opt.zero_grad(set_to_none=True)
-                loss_fn(net(x[idx]).squeeze(1), y[idx]).backward()
-                opt.step()
+        # Display only: the bar draws no random numbers, so the scorer is the same without it.
+        with progress_bar(int(epochs), desc, "epoch", quick=True) as bar:
+            for _ in range(int(epochs)):
+                order = torch.randperm(n, generator=gen)
+                for start in range(0, n, batch_size):
+                    idx = order[start : start + batch_size]
+                    opt.zero_grad(set_to_none=True)
+                    loss_fn(net(x[idx]).squeeze(1), y[idx]).backward()
+                    opt.step()
+                bar.update(1)
     scorer = copy.deepcopy(net).double().eval()
     return MLPScorer(scorer, mean, scale)
 
@@ -205,7 +211,7 @@ def scorer_attack(
 ) -> np.ndarray:
     """Learn a scorer on shadow rows, then score the view's target: member log-odds per sample,
     NaN where the featurizer cannot score. `preprocess` (e.g. imputation) is fitted on the
-    shadow rows only."""
+    shadow rows only. `train_params` go to :func:`train_scorer` (`desc` included)."""
     rows = build_shadow_set(
         view,
         featurize,

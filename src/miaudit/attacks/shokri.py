@@ -78,7 +78,7 @@ def _shokri(
         view, featurize, n_shadows=n_shadows, max_train_samples=max_train_samples, seed=seed
     )
 
-    def fit(select: np.ndarray) -> MLPScorer:
+    def fit(select: np.ndarray, desc: str) -> MLPScorer:
         return train_scorer(
             rows.features[select],
             rows.labels[select],
@@ -89,6 +89,7 @@ def _shokri(
             epochs=epochs,
             batch_size=batch_size,
             seed=seed,
+            desc=desc,
         )
 
     features, _ = featurize(view)
@@ -102,10 +103,15 @@ def _shokri(
             if min(n_members, int(select.sum()) - n_members) < min_class_rows:
                 continue  # too few rows of one kind: the global classifier scores this class
             targets = view.labels == c
-            scores[targets] = fit(select).logit(features[targets])
+            scores[targets] = fit(select, f"training the shokri scorer of class {c}").logit(
+                features[targets]
+            )
             remaining &= ~targets
     if remaining.any():
-        scores[remaining] = fit(np.ones(len(rows), dtype=bool)).logit(features[remaining])
+        everything = np.ones(len(rows), dtype=bool)
+        scores[remaining] = fit(everything, "training the shokri scorer").logit(
+            features[remaining]
+        )
     return scores
 
 

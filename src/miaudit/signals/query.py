@@ -9,15 +9,14 @@ seed K, so every model sees exactly the same augmented input).
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from miaudit.errors import ConfigError
 from miaudit.malloc import keep_freed_memory
+from miaudit.progress import progress_bar
 
 # (batch of inputs, their dataset row ids) -> transformed batch
 QueryFn = Callable[[torch.Tensor, np.ndarray], torch.Tensor]
@@ -93,8 +92,7 @@ def query_logits(
     """Logits float32 [M, len(rows), Q, C] of every model on every row under every query."""
     fns = [make_query(q, len(features), kind) for q in queries]
     out: np.ndarray | None = None
-    show = progress and sys.stderr.isatty()  # no bar in logs and CI
-    bar = tqdm(total=len(modules), desc="querying models", disable=not show, leave=False)
+    bar = progress_bar(len(modules), "querying models", "model", enabled=progress)
     for m, module in enumerate(modules):
         module.eval().to(device)
         with torch.no_grad():
@@ -162,7 +160,9 @@ def per_sample_grad_norms(
 
     grad_fn = torch.func.vmap(torch.func.grad(sample_loss), in_dims=(None, 0, 0))
     norms = np.empty(len(rows), dtype=np.float64)
-    with keep_freed_memory():  # each batch reallocates the same large gradient tensors
+    # One bar update per batch; shown only when the pass is slow (large models: minutes).
+    bar = progress_bar(len(rows), "per-sample gradient norms", "sample", quick=True)
+    with keep_freed_memory(), bar:  # each batch reallocates the same large gradient tensors
         for start in range(0, len(rows), batch_size):
             batch = rows[start : start + batch_size]
             x = torch.from_numpy(features[batch]).to(device)
@@ -170,4 +170,5 @@ def per_sample_grad_norms(
             grads = grad_fn(params, x, y)
             squared = sum(_squared_norms(g.reshape(len(batch), -1)) for g in grads.values())
             norms[start : start + len(batch)] = squared.sqrt().double().cpu().numpy()
+            bar.update(len(batch))
     return norms

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from miaudit.malloc import release_freed_memory
+from miaudit.progress import progress_bar
 from miaudit.threads import cpu_threads
 
 # Bytes of one float64 [samples, Q, C] block of the pass, and of the attacks' [R, samples, Q]
@@ -237,13 +238,17 @@ class StatisticCache:
                 row_statistics(z, self._row_labels[block.start * q : block.stop * q], names, out)
 
         workers = min(torch.get_num_threads(), len(tasks))
-        with cpu_threads(1):  # the pass's own worker threads instead (miaudit.threads)
+        # One update per block of ~4 MiB (never per sample), from this thread only.
+        bar = progress_bar(len(tasks), f"statistics of {rows.size} models", "block", quick=True)
+        with cpu_threads(1), bar:  # the pass's own worker threads instead (miaudit.threads)
             if workers > 1:
                 with ThreadPoolExecutor(workers, thread_name_prefix="statistics") as pool:
-                    list(pool.map(run, tasks))
+                    for _ in pool.map(run, tasks):
+                        bar.update(1)
                 release_freed_memory()
             else:
                 for task in tasks:
                     run(task)
+                    bar.update(1)
         for name in names:
             self._done[name][rows] = True

@@ -5,8 +5,9 @@ a hash of its content. ``run_sweep`` hands the cells that have no valid result f
 executor and, as each finishes, writes ``study_dir/cells/<key>.json`` atomically and rebuilds
 ``study_dir/results.csv`` from the finished cells. A sweep killed at any point therefore loses
 only the cells in flight, and since every trained model is cached by content
-(:mod:`miaudit.train.cache`), a rerun of such a cell retrains at most the model that was
-training when the sweep died.
+(:mod:`miaudit.train.cache`, which stores each model, or each stack of models trained
+together, the moment it is complete), a rerun of such a cell retrains at most the models that
+were training when the sweep died.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +25,7 @@ import pandas as pd
 
 from miaudit.errors import ConfigError, MiauditError
 from miaudit.io import atomic_path, write_json
+from miaudit.progress import bars_enabled, progress_bar, progress_on, quiet
 from miaudit.train.recipe import _freeze, _thaw
 
 log = logging.getLogger(__name__)
@@ -193,23 +194,27 @@ def run_sweep(
     failures: dict[str, str] = {}
     bar = _progress_bar(len(todo), progress)
     start = time.perf_counter()
+    # The cells bar is the study's progress: cells run in this process (serial executor) draw
+    # no bars of their own under it.
     try:
-        for cell, rows, error, seconds in runner.run(work, todo):
-            if error is None:
-                try:
-                    rows = _check_rows(rows, cell)
-                except StudyError as exc:
-                    error = exc
-            if error is not None:
-                failures[repr(cell)] = f"{type(error).__name__}: {error}"
-                log.error("cell %r failed: %s", cell, error)
-            else:
-                _write_cell(cell_path(study_dir, cell), cell, rows, seconds)
-                done[cell.key()] = rows
-                write_table(build_table(ordered, done), study_dir)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix_str(f"{time.perf_counter() - start:.0f}s, {len(failures)} failed")
+        with quiet():
+            for cell, rows, error, seconds in runner.run(work, todo):
+                if error is None:
+                    try:
+                        rows = _check_rows(rows, cell)
+                    except StudyError as exc:
+                        error = exc
+                if error is not None:
+                    failures[repr(cell)] = f"{type(error).__name__}: {error}"
+                    log.error("cell %r failed: %s", cell, error)
+                else:
+                    _write_cell(cell_path(study_dir, cell), cell, rows, seconds)
+                    done[cell.key()] = rows
+                    write_table(build_table(ordered, done), study_dir)
+                if bar is not None:
+                    bar.update(1)
+                    elapsed = time.perf_counter() - start
+                    bar.set_postfix_str(f"{elapsed:.0f}s, {len(failures)} failed")
     finally:
         if bar is not None:
             bar.close()
@@ -239,10 +244,9 @@ class _LineProgress:
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:
-    if not enabled:
+    """The cells bar on a terminal, one line per cell in logs, None when quiet."""
+    if not (enabled and progress_on()):
         return None
-    if not sys.stderr.isatty():
+    if not bars_enabled():
         return _LineProgress(total)
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="cells", unit="cell")
+    return progress_bar(total, "cells", "cell")

@@ -33,6 +33,7 @@ from miaudit.train.checkpoints import (
     steps_per_epoch,
     total_steps,
 )
+from miaudit.train.ledger import training_ledger
 from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import ArrayLike, TrainedModel
 
@@ -76,6 +77,7 @@ class CacheStats:
     hits: int = 0
     misses: int = 0
     corrupt: int = 0  # entries found broken (also counted in misses)
+    stored: int = 0  # of the misses, models stored complete so far (the rest were lost)
 
 
 class ModelCache:
@@ -142,7 +144,9 @@ class ModelCache:
         Hits are loaded; the misses are trained in one ``trainer.train_models`` call (stacked,
         and fanned out over processes on CPU; ``num_threads``, ``workers`` and ``max_stack``
         go to it) and each is stored as it would be by :meth:`get_or_train`, under the same
-        key, so either entry point finds the other's models. Jobs with the same key (same
+        key, so either entry point finds the other's models. Each is stored the moment it is
+        complete (a stack's models when the stack finishes), so an interrupted call keeps what
+        finished (``stats.stored``, :func:`training_ledger`). Jobs with the same key (same
         rows and seed) train once and share one model. Models come back in job order.
 
         With ``checkpoints``, each model's ``checkpoints`` maps labels (``epoch5``, ...) to the
@@ -179,8 +183,27 @@ class ModelCache:
                 found[key] = model
         if missing:
             self.stats.misses += len(missing)
+            training_ledger().planned += len(missing)
             todo = list(missing.items())
-            trained = trainer.train_models(
+
+            def store(i: int, model: TrainedModel) -> None:
+                key, (indices, _, j) = todo[i]
+                model.module.to(device)
+                # Checkpoints first, the run's own entry last: a run entry (what a rerun looks
+                # up first) then exists only once all of its checkpoints do.
+                for label, step in positions[j].items():
+                    kept = self._checkpoint(model, step, device)
+                    if kept is not model:
+                        self._store(checkpoint_key(key, step), kept, dataset_fingerprint,
+                                    indices, run_key=key)  # fmt: skip
+                    model.checkpoints[label] = kept
+                self._store(key, model, dataset_fingerprint, indices)
+                self.stats.stored += 1
+                training_ledger().stored += 1
+                model.snapshots = {}  # now in the checkpoint models
+                found[key] = model
+
+            trainer.train_models(
                 recipe,
                 features,
                 labels,
@@ -193,18 +216,8 @@ class ModelCache:
                 workers=workers,
                 max_stack=max_stack,
                 checkpoints=checkpoints,
+                on_model=store,
             )
-            for (key, (indices, _, j)), model in zip(todo, trained, strict=True):
-                model.module.to(device)
-                self._store(key, model, dataset_fingerprint, indices)
-                for label, step in positions[j].items():
-                    kept = self._checkpoint(model, step, device)
-                    if kept is not model:
-                        self._store(checkpoint_key(key, step), kept, dataset_fingerprint,
-                                    indices, run_key=key)  # fmt: skip
-                    model.checkpoints[label] = kept
-                model.snapshots = {}  # now in the checkpoint models
-                found[key] = model
         return [found[key] for key in keys]
 
     @staticmethod
@@ -257,8 +270,11 @@ class ModelCache:
             self.stats.hits += 1
             return model
         self.stats.misses += 1
+        training_ledger().planned += 1
         model = make()
         self._store(key, model, dataset_fingerprint, indices)
+        self.stats.stored += 1
+        training_ledger().stored += 1
         return model
 
     def _try_load(

@@ -41,10 +41,10 @@ from typing import Any, NamedTuple
 import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
-from tqdm.auto import tqdm
 
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
+from miaudit.progress import progress_bar
 from miaudit.train import trainer
 from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.recipe import PRV_MAX_AUTO_EPSILON, Recipe
@@ -257,13 +257,7 @@ def train_model_dp(
                 noise_multiplier=sigma,
                 max_grad_norm=dp["max_grad_norm"],
             )
-        bar = tqdm(
-            total=recipe.epochs,
-            desc=desc,
-            unit="epoch",
-            leave=False,
-            disable=not trainer._progress_enabled(progress),
-        )
+        bar = progress_bar(recipe.epochs, desc, "epoch", enabled=progress)
         step = 0
         with bar:
             for epoch in range(recipe.epochs):

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from miaudit import progress
 from miaudit.models import build_model
 from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.recipe import Recipe
@@ -32,8 +33,8 @@ from miaudit.train.trainer import TrainedModel, isolated_rng
 MIN_SAMPLES_FOR_WORKERS = 5_000_000
 # Set (to any value) in processes that are themselves one of many parallel workers, e.g. a
 # study's sweep workers: the trainer then never starts processes of its own, which would
-# oversubscribe the cores. Inherited by every child process.
-NESTED_ENV = "MIAUDIT_NESTED_WORKER"
+# oversubscribe the cores, and no progress bars are drawn. Inherited by every child process.
+NESTED_ENV = progress.NESTED_ENV
 
 
 def default_workers(samples: int, models: int) -> int:
@@ -129,11 +130,14 @@ def train_groups_in_workers(
     num_classes: int,
     workers: int,
     num_threads: int = 1,
-    on_done: Callable[[int], None] | None = None,
+    on_group: Callable[[list[int], list[TrainedModel]], None] | None = None,
     checkpoints: CheckpointSpec | None = None,
 ) -> list[TrainedModel]:
     """Train each group of jobs (indices into ``index_sets``/``seeds``) in a pool of
     ``workers`` spawned processes; models in job order, on the CPU.
+
+    ``on_group(group, models)`` runs in this process as each group's result arrives (e.g. to
+    cache the models before the other groups finish).
 
     Raises ``concurrent.futures.process.BrokenProcessPool`` if the workers cannot start
     (e.g. a ``__main__`` script without an ``if __name__ == "__main__":`` guard).
@@ -163,9 +167,10 @@ def train_groups_in_workers(
         }
         for future in cf.as_completed(futures):
             group = futures[future]
-            for j, plain in zip(group, future.result(), strict=True):
-                results[j] = _from_plain(plain, recipe, torch.device("cpu"))
-            if on_done is not None:
-                on_done(len(group))
+            models = [_from_plain(p, recipe, torch.device("cpu")) for p in future.result()]
+            for j, model in zip(group, models, strict=True):
+                results[j] = model
+            if on_group is not None:
+                on_group(list(group), models)
     assert all(m is not None for m in results)
     return results  # type: ignore[return-value]

@@ -38,6 +38,7 @@ from torch import nn
 
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
+from miaudit.progress import progress_bar
 from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import (
@@ -177,9 +178,14 @@ def train_stacked(
     *,
     num_threads: int | None = None,
     checkpoints: CheckpointSpec | None = None,
+    progress: bool = False,
+    desc: str | None = None,
 ) -> list[TrainedModel]:
     """Train one model per (index set, seed) pair, all at once; the models ``train_model``
     would train (``checkpoints``: the same ``snapshots`` too).
+
+    ``progress`` shows one bar over the stack's epochs (``desc``, default "training K models
+    (stacked)"), with the models' mean loss; see :mod:`miaudit.progress`.
 
     Every index set must have the same size and ``recipe`` must be stackable
     (:func:`can_stack`). ``features``/``labels`` are as for ``train_model``. Each returned
@@ -231,8 +237,10 @@ def train_stacked(
     keep = checkpoints.keep_steps(recipe, n) if checkpoints else set()
     snapshots: list[dict[int, dict[str, torch.Tensor]]] = [{} for _ in range(n_models)]
     losses = np.zeros((recipe.epochs, n_models))
+    label = desc or f"training {n_models} model{'s' if n_models > 1 else ''} (stacked)"
+    bar = progress_bar(recipe.epochs, label, "epoch", enabled=progress)
     start = time.perf_counter()
-    with cpu_threads(num_threads):
+    with cpu_threads(num_threads), bar:
         activation = recipe.arch_params.get("activation", "relu")
         stacked = StackedMLP(modules, activation, recipe.label_smoothing)
         optimizer = make_optimizer(recipe, stacked.parameters())
@@ -254,6 +262,8 @@ def train_stacked(
                     for k, state in enumerate(stacked.state_dicts()):
                         snapshots[k][step] = state
             losses[epoch] = (total / n).cpu().numpy()  # the one host-device sync per epoch
+            bar.set_postfix(loss=f"{losses[epoch].mean():.4f}", refresh=False)
+            bar.update(1)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
@@ -317,12 +327,15 @@ def train_groups(
     *,
     progress: bool = False,
     num_threads: int | None = None,
-    on_done: Callable[[int], None] | None = None,
+    on_group: Callable[[list[int], list[TrainedModel]], None] | None = None,
     checkpoints: CheckpointSpec | None = None,
 ) -> list[TrainedModel]:
     """Train each group of jobs in this process: stacked where the recipe stacks (even a
     group of one: the written-out backward is faster than autograd), else one ``train_model``
-    call per job. Models in job order."""
+    call per job. Models in job order (None for jobs in no group).
+
+    ``on_group(group, models)`` runs as each group finishes, before the next one starts.
+    ``progress``: each group's epoch bar (see :func:`train_stacked`, ``train_model``)."""
     results: list[TrainedModel | None] = [None] * len(seeds)
     for group in groups:
         if can_stack(recipe):
@@ -336,6 +349,7 @@ def train_groups(
                 num_classes,
                 num_threads=num_threads,
                 checkpoints=checkpoints,
+                progress=progress,
             )
         else:
             models = [
@@ -356,7 +370,6 @@ def train_groups(
             ]
         for j, model in zip(group, models, strict=True):
             results[j] = model
-        if on_done is not None:
-            on_done(len(group))
-    assert all(m is not None for m in results)
+        if on_group is not None:
+            on_group(list(group), models)
     return results  # type: ignore[return-value]

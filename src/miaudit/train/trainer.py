@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
@@ -20,10 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
-from tqdm.auto import tqdm
 
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
+from miaudit.progress import progress_bar
 from miaudit.threads import cpu_threads
 from miaudit.train.augment import Augmentation, augment_seed, build_augmentation
 from miaudit.train.checkpoints import CheckpointSpec
@@ -76,6 +75,8 @@ class EpochInfo:
 
 
 EpochCallback = Callable[[EpochInfo], None]
+# Job index and its finished model (train_models' on_model).
+ModelCallback = Callable[[int, TrainedModel], None]
 
 
 def lr_at(recipe: Recipe, step: int, total_steps: int) -> float:
@@ -117,11 +118,6 @@ def isolated_rng(device: torch.device, seed: int) -> Iterator[None]:
     with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed)
         yield
-
-
-def _progress_enabled(progress: bool) -> bool:
-    stream = sys.stderr
-    return bool(progress) and hasattr(stream, "isatty") and stream.isatty()
 
 
 def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -226,13 +222,7 @@ def train_model(
         module = build_model(recipe.architecture, input_shape, n_classes, **recipe.arch_params)
         module.to(device).train()
         optimizer = make_optimizer(recipe, list(module.parameters()))
-        bar = tqdm(
-            total=recipe.epochs,
-            desc=desc,
-            unit="epoch",
-            leave=False,
-            disable=not _progress_enabled(progress),
-        )
+        bar = progress_bar(recipe.epochs, desc, "epoch", enabled=progress)
         step = 0
         with bar:
             for epoch in range(recipe.epochs):
@@ -299,6 +289,7 @@ def train_models(
     workers: int | None = None,
     max_stack: int = MAX_STACK,
     checkpoints: CheckpointSpec | None = None,
+    on_model: ModelCallback | None = None,
 ) -> list[TrainedModel]:
     """Train one model per (index set, seed) pair: the same models as ``train_model`` calls.
 
@@ -310,6 +301,14 @@ def train_models(
     fastest, see ``MAX_STACK``; unchanged on a GPU). ``max_stack=1`` trains one model at a
     time (still with the stacked path's written-out backward where it applies).
     ``checkpoints`` as for ``train_model`` (each model's ``snapshots``).
+
+    ``on_model(j, model)`` (optional) runs in this process the moment job ``j``'s model is
+    complete: a stacked group's models when the group finishes (before the next group starts
+    in this process), a worker's as its result arrives. The cache stores each model there, so
+    an interrupted run keeps every model that finished.
+
+    Progress (``progress``, see :mod:`miaudit.progress`): a bar of models done when there is
+    more than one group, and in this process each group's epochs.
     """
     from miaudit.train import parallel, stacked  # both import this module
 
@@ -328,29 +327,38 @@ def train_models(
         raise ConfigError(f"workers must be >= 1 or None, got {workers}.")
     workers = int(workers) if on_cpu else 1
     groups = stacked.plan_groups(sizes, stacked.can_stack(recipe), max_stack, workers)
-    bar = tqdm(
-        total=len(seeds),
-        desc="training models",
-        unit="model",
-        leave=False,
-        disable=not _progress_enabled(progress) or len(seeds) < 2,
-    )
+    results: list[TrainedModel | None] = [None] * len(seeds)
+    # One group shows its own epoch bar; a models-done bar over it would say nothing more.
+    bar = progress_bar(len(seeds), f"training {len(seeds)} models", "model",
+                       enabled=progress and len(groups) > 1)  # fmt: skip
+
+    def group_done(group: Sequence[int], models: Sequence[TrainedModel]) -> None:
+        for j, model in zip(group, models, strict=True):
+            results[j] = model
+            if on_model is not None:
+                on_model(j, model)
+        bar.update(len(group))
+
     with bar:
         if workers > 1 and len(groups) > 1:
             try:
-                return parallel.train_groups_in_workers(
+                parallel.train_groups_in_workers(
                     recipe, x, y, index_sets, seeds, groups, n_classes,
-                    min(workers, len(groups)), threads or 1, on_done=bar.update,
+                    min(workers, len(groups)), threads or 1, on_group=group_done,
                     checkpoints=checkpoints,
                 )  # fmt: skip
             except BrokenProcessPool as exc:
                 log.warning("worker processes failed (%s); training in this process", exc)
-                bar.reset()
-        return stacked.train_groups(
-            recipe, x, y, index_sets, seeds, groups, device, n_classes,
-            progress=progress and len(seeds) < 2, num_threads=threads, on_done=bar.update,
-            checkpoints=checkpoints,
-        )  # fmt: skip
+        # Groups the workers finished are kept (and were handed to on_model): train the rest.
+        todo = [g for g in groups if any(results[j] is None for j in g)]
+        if todo:
+            stacked.train_groups(
+                recipe, x, y, index_sets, seeds, todo, device, n_classes,
+                progress=progress, num_threads=threads, on_group=group_done,
+                checkpoints=checkpoints,
+            )  # fmt: skip
+    assert all(m is not None for m in results)
+    return results  # type: ignore[return-value]
 
 
 def predict_logits(
