@@ -52,6 +52,17 @@ def test_cifar10_from_tarball(tmp_path, build, keys_as_bytes):
     assert ds.num_classes == 10 and "train (10) then test (3)" in ds.notes
 
 
+def test_cifar10_raw_keeps_the_pickled_bytes(tmp_path, build):
+    members = _cifar10_members()
+    build.make_tar(tmp_path / "cifar10" / "cifar-10-python.tar.gz", members)
+    raw = load_dataset("cifar10", data_dir=tmp_path, preprocessing="raw")
+    first = pickle.loads(members[f"{TEN}/data_batch_1"])[b"data"]
+    np.testing.assert_array_equal(raw.features[:2].reshape(2, -1), first.astype(np.float32))
+    standard = load_dataset("cifar10", data_dir=tmp_path)
+    np.testing.assert_array_equal(standard.features, raw.features / np.float32(255.0))
+    assert raw.preprocessing.startswith("raw: ") and "raw pixels 0..255" in raw.notes
+
+
 def test_cifar10_from_extracted_folder(tmp_path):
     for name, data in _cifar10_members().items():
         path = tmp_path / "cifar10" / name

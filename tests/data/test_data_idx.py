@@ -54,6 +54,18 @@ def test_load_mnist_concatenates_train_and_test(tmp_path, build, gz):
     assert "train (6) and t10k (4)" in ds.notes
 
 
+def test_mnist_raw_keeps_the_idx_bytes(tmp_path, build):
+    arrays = build.tiny_mnist()
+    build.write_idx_folder(tmp_path / "mnist", arrays, gz=True)
+    raw = load_dataset("mnist", data_dir=tmp_path, preprocessing="raw")
+    standard = load_dataset("mnist", data_dir=tmp_path)
+    expected = np.concatenate([arrays["train-images-idx3-ubyte"], arrays["t10k-images-idx3-ubyte"]])
+    np.testing.assert_array_equal(raw.features[:, 0], expected.astype(np.float32))
+    np.testing.assert_array_equal(standard.features, raw.features / np.float32(255.0))
+    assert raw.preprocessing.startswith("raw: integer pixels 0..255") and "raw pixels" in raw.notes
+    assert standard.preprocessing == "standard: pixels / 255 -> [0, 1]"
+
+
 def test_mismatched_image_label_counts(tmp_path, build):
     arrays = build.tiny_mnist()
     arrays["t10k-labels-idx1-ubyte"] = arrays["t10k-labels-idx1-ubyte"][:3]

@@ -32,7 +32,7 @@ def test_list_datasets_names_and_presence(tmp_path):
     assert infos["digits"].present and not infos["mnist"].present
     assert infos["mnist"].kind == "image" and infos["adult"].kind == "tabular"
     assert all(i.description and i.license and i.source for i in infos.values())
-    assert infos["cifar100"].options == {"label": "fine"}
+    assert infos["cifar100"].options == {"label": "fine", "preprocessing": "standard"}
 
 
 def test_digits_loads_as_scaled_images():

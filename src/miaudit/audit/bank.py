@@ -12,7 +12,7 @@ import numpy as np
 
 from miaudit.attacks import get_attack
 from miaudit.audit.config import AuditConfig
-from miaudit.audit.data import AuditData
+from miaudit.audit.data import AuditData, other_preprocessing
 from miaudit.audit.references import References
 from miaudit.audit.sources import Target
 from miaudit.errors import ConfigError, DataError
@@ -36,6 +36,8 @@ class AuditBank:
     population_reason: str | None = None  # why the bank has no population rows
     notes: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    fit: dict[str, float] = field(default_factory=dict)  # accuracy/loss on own training rows
+    mismatch: str | None = None  # why the model's inputs look unlike its training data
 
 
 def _rows_from(outputs: tuple[np.ndarray | None, np.ndarray], rows: np.ndarray, n_data: int,
@@ -70,6 +72,102 @@ def _target_logits(target: Target, data: AuditData, n_rows: int) -> np.ndarray:
         else:  # never read: attacks use the target only on audit (and population) rows
             parts.append(np.zeros((rows.size, data.num_classes), dtype=np.float32))
     return np.concatenate(parts)[:, None, :]
+
+
+def _fit(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    """Accuracy and mean cross-entropy of logits [n, C] against labels [n]."""
+    z = logits.astype(np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    loss = np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(labels)), labels]
+    return float((z.argmax(axis=1) == labels).mean()), float(loss.mean())
+
+
+def _preprocessing_words(dataset: Any, mode: str) -> str:
+    words = (getattr(dataset, "preprocessing", "") or mode).split(": ", 1)
+    return f"{mode!r} ({words[-1]})" if len(words) == 2 else repr(mode)
+
+
+def check_inputs(
+    cfg: AuditConfig, target: Target, refs: References, data: AuditData, bank: SignalBank,
+    device: str,
+) -> tuple[dict[str, float], str | None, str | None]:
+    """How well the target fits its own training rows, a warning when its inputs look unlike
+    what it was trained on (another scaling of the same data, issue #12), and a softer note.
+
+    Suspicious: accuracy near chance (the majority class share plus a tenth of the rest) or
+    25 points below the references' on their own training rows (models trained by us on this
+    very data, so what it supports), or a mean loss above both twice and 0.5 nats over the
+    references'. The target is then queried on its members under the other preprocessing;
+    if it fits those clearly better, the warning names it. Low accuracy is warned about in
+    any case; a high loss alone is a mismatch only when the other preprocessing explains it
+    (else, when none could be tried, a softer note: the recipe may differ instead).
+    """
+    members = np.flatnonzero(data.members)
+    labels = bank.labels[members]
+    acc, loss = _fit(bank.logits[0, members, 0], labels)
+    fit = {"target_member_accuracy": acc, "target_member_loss": loss}
+    ref_acc = ref_loss = None
+    n_pool_rows = min(data.n_pool, bank.n_samples - data.n_audit)
+    if refs.modules and n_pool_rows == data.n_pool:
+        pool = slice(data.n_audit, data.n_audit + data.n_pool)
+        fits = [_fit(bank.logits[1 + r, pool, 0][refs.membership[r]],
+                     bank.labels[pool][refs.membership[r]]) for r in range(len(refs.modules))]
+        ref_acc, ref_loss = (float(np.mean(v)) for v in zip(*fits, strict=True))
+        fit.update(reference_train_accuracy=ref_acc, reference_train_loss=ref_loss)
+    chance = float(np.bincount(labels).max() / len(labels))
+    floor = chance + 0.1 * (1 - chance)
+    low_acc = acc < max(floor, ref_acc - 0.25 if ref_acc is not None else 0.0)
+    high_loss = ref_loss is not None and loss > max(2 * ref_loss, ref_loss + 0.5)
+    if not (low_acc or high_loss):
+        return fit, None, None
+    mode = cfg.data.options.get("preprocessing", "standard")
+    here = _preprocessing_words(data.data, mode)
+    alt = other_preprocessing(cfg, data) if target.queryable else None
+    if alt is not None:
+        other, dataset = alt
+        rows = data.audit_rows[members]
+        alt_logits = query_logits([target.module], dataset.features, rows, ["plain"],
+                                  data.kind, device, cfg.signals.batch_size, progress=False)
+        alt_acc, alt_loss = _fit(alt_logits[0, :, 0], dataset.labels[rows])
+        fit.update({f"target_member_accuracy_{other}": alt_acc,
+                    f"target_member_loss_{other}": alt_loss})
+        there = _preprocessing_words(dataset, other)
+        better_acc = alt_acc >= acc + 0.1
+        if better_acc or (alt_acc >= acc - 0.01 and alt_loss <= 0.5 * loss
+                          and loss - alt_loss >= 0.5):
+            how = (f"but {100 * alt_acc:.1f}% with {there}" if better_acc else
+                   f"and {100 * alt_acc:.1f}% with {there}, but far less confident with "
+                   f"{mode!r}: mean loss {loss:.3g} against {alt_loss:.3g}")
+            trained = "raw data" if other == "raw" else "data preprocessed the standard way"
+            return fit, (
+                f"inputs look mismatched: the model is {100 * acc:.1f}% accurate on its own "
+                f"training rows with preprocessing {here} {how}: it was probably trained on "
+                f"{trained}; rerun with --preprocessing {other} (config: data: {{options: "
+                f"{{preprocessing: {other}}}}}). Until then the attack figures describe the "
+                "model on inputs it never saw and say little about what it leaks."
+            ), None
+    if not low_acc:
+        # a loss gap alone that no other preprocessing explains: more likely another recipe
+        # than other inputs, so a note, not a mismatch
+        if alt is None and target.queryable:
+            return fit, None, (
+                f"the model's mean loss on its own training rows ({loss:.3g}) is far above "
+                f"the references' on theirs ({ref_loss:.3g}): either it was trained less (or "
+                "more regularised) than the references, or its inputs differ from its training "
+                "data (scaling, normalisation); check the preprocessing if unsure."
+            )
+        return fit, None, None
+    against = (f"the references (trained by miaudit on this data) reach {100 * ref_acc:.1f}% "
+               f"accuracy and mean loss {ref_loss:.3g} on theirs"
+               if ref_acc is not None else f"guessing the majority class gets {100 * chance:.1f}%")
+    return fit, (
+        f"inputs look mismatched: the model is {100 * acc:.1f}% accurate (mean loss "
+        f"{loss:.3g}) on its own training rows with preprocessing {here}, where {against}. "
+        "Check that the data are fed exactly as in training (scaling, normalisation, feature "
+        "order, label encoding; `miaudit data list` states each dataset's preprocessing, "
+        "--preprocessing raw feeds the values as shipped); until then the attack figures say "
+        "little about what the model leaks."
+    ), None
 
 
 def build_audit_bank(
@@ -152,7 +250,9 @@ def build_audit_bank(
         population[data.n_audit + data.n_pool:] = True
     bank = SignalBank(logits=logits, labels=labels, membership=membership,
                       population=population, audit=audit, channels=channels)
-    return AuditBank(bank, missing, population_reason, notes, seconds)
+    fit, mismatch, note = check_inputs(cfg, target, refs, data, bank, device)
+    notes += [n for n in (mismatch, note) if n]
+    return AuditBank(bank, missing, population_reason, notes, seconds, fit, mismatch)
 
 
 def skip_reasons(
@@ -187,4 +287,5 @@ def bank_summary(built: AuditBank) -> dict[str, Any]:
     bank = built.bank
     return {"bank_models": bank.n_models, "bank_samples": bank.n_samples,
             "queries_per_sample": bank.n_queries, "channels": sorted(bank.channels),
-            **{k: round(v, 1) for k, v in built.seconds.items()}}
+            **{k: round(v, 1) for k, v in built.seconds.items()},
+            **{k: round(v, 4) for k, v in built.fit.items()}}

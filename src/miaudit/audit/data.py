@@ -14,6 +14,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -190,6 +191,43 @@ def _duplicates(a: np.ndarray, b: np.ndarray) -> int:
     return sum(row.tobytes() in seen for row in np.ascontiguousarray(b).reshape(len(b), -1))
 
 
+def _public_options(cfg: AuditConfig) -> dict[str, Any]:
+    """The public data's loader options: its preprocessing is the audit data's unless stated,
+    since reference models trained on values scaled otherwise say nothing about the target."""
+    options = dict(cfg.public.options)
+    if "preprocessing" in cfg.data.options:
+        options.setdefault("preprocessing", cfg.data.options["preprocessing"])
+    ours = cfg.data.options.get("preprocessing", "standard")
+    theirs = options.get("preprocessing", "standard")
+    if ours != theirs:
+        raise ConfigError(
+            f"data.options.preprocessing is {ours!r} but public.options.preprocessing is "
+            f"{theirs!r}: reference models must see values scaled like the audit data; give "
+            "the same value for both (or leave public.options.preprocessing out)."
+        )
+    return options
+
+
+def other_preprocessing(cfg: AuditConfig, data: AuditData) -> tuple[str, Dataset] | None:
+    """The audit data loaded with the other `preprocessing` value ("raw" <-> "standard"), to
+    test which values the model was trained on; None when there is no other form (a
+    membership column's file, a loader without one, or the same values either way)."""
+    if cfg.data.membership_column:
+        return None
+    mode = cfg.data.options.get("preprocessing", "standard")
+    other = "raw" if mode == "standard" else "standard"
+    try:
+        alt = load_dataset(cfg.data.dataset, cfg.data_dir,
+                           **{**cfg.data.options, "preprocessing": other})
+    except DataError:  # e.g. raw refused, or a file whose raw form fails its own checks
+        return None
+    rows = data.audit_rows[data.members]
+    if alt.features.shape != data.data.features.shape or np.array_equal(
+            alt.features[rows], data.data.features[rows]):
+        return None
+    return other, alt
+
+
 def build_audit_data(cfg: AuditConfig) -> AuditData:
     """Load the audit data and the public data and lay them out as bank rows."""
     notes: list[str] = []
@@ -201,8 +239,9 @@ def build_audit_data(cfg: AuditConfig) -> AuditData:
     else:
         data = load_dataset(cfg.data.dataset, cfg.data_dir, **cfg.data.options)
         members = read_rows(cfg.data.members, len(data), "data.members")
+    public_options = _public_options(cfg)
     same = cfg.public.dataset in (None, cfg.data.dataset) and not (
-        cfg.public.options and cfg.public.options != cfg.data.options)
+        cfg.public.options and public_options != cfg.data.options)
     public: Dataset | None = None
     public_rows = np.zeros(0, dtype=np.int64)
     if same and cfg.public.rows:
@@ -210,7 +249,7 @@ def build_audit_data(cfg: AuditConfig) -> AuditData:
         public_rows = read_rows(cfg.public.rows, len(data), "public.rows")
     elif not same:
         _check_table_columns(cfg.data.dataset, cfg.public.dataset, cfg.data.membership_column)
-        public = load_dataset(cfg.public.dataset, cfg.data_dir, **cfg.public.options)
+        public = load_dataset(cfg.public.dataset, cfg.data_dir, **public_options)
         _check_compatible(data, public)
         public_rows = (read_rows(cfg.public.rows, len(public), "public.rows") if cfg.public.rows
                        else np.arange(len(public)))

@@ -18,8 +18,9 @@ KINDS = ("image", "tabular")
 class Dataset:
     """A whole dataset as arrays: the pool that protocols later split into members and others.
 
-    `features` is float32 (images `[N, C, H, W]` scaled to [0, 1]; tabular `[N, F]`), `labels`
-    int64 `[N]` in `0..num_classes-1`. Arrays of other dtypes are converted on construction.
+    `features` is float32 (images `[N, C, H, W]` scaled to [0, 1], or as shipped with
+    `preprocessing="raw"`; tabular `[N, F]`), `labels` int64 `[N]` in `0..num_classes-1`.
+    Arrays of other dtypes are converted on construction.
     """
 
     name: str
@@ -29,6 +30,9 @@ class Dataset:
     kind: str
     source: str = ""
     notes: str = ""
+    # how the features were made from the source's values, in words ("standard: pixels / 16
+    # -> [0, 1]"); not part of the fingerprint, which hashes the feature bytes themselves
+    preprocessing: str = ""
     _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -158,8 +158,16 @@ def _read_raw(folder: Path, name: str) -> tuple[dict[str, bytes], Path]:
     return {k.rsplit("/", 1)[1]: v for k, v in members.items()}, archive
 
 
-def load_cifar(folder: Path, name: str, label_key: str) -> Dataset:
-    """Train batches then test batch(es) -> [N, 3, 32, 32] in [0, 1]."""
+PREPROCESSING = {
+    "standard": "pixels / 255 -> [0, 1], [N, 3, 32, 32]",
+    "raw": "integer pixels 0..255 as float32, the pickled bytes as they are, [N, 3, 32, 32]",
+}
+
+
+def load_cifar(
+    folder: Path, name: str, label_key: str, preprocessing: str = "standard"
+) -> Dataset:
+    """Train batches then test batch(es) -> [N, 3, 32, 32] in [0, 1] (raw: 0..255)."""
     spec = _SPECS[name]
     raw, origin = _read_raw(folder, name)
     data, labels = [], []
@@ -168,7 +176,8 @@ def load_cifar(folder: Path, name: str, label_key: str) -> Dataset:
         data.append(arr)
         labels.append(labs[label_key])
     x = np.concatenate(data).reshape(-1, 3, 32, 32).astype(np.float32)
-    x /= 255.0  # in place: CIFAR is 0.7 GB as float32
+    if preprocessing == "standard":
+        x /= 255.0  # in place: CIFAR is 0.7 GB as float32
     y = np.concatenate(labels)
     n_test = len(labels[-1])
     return Dataset(
@@ -178,7 +187,9 @@ def load_cifar(folder: Path, name: str, label_key: str) -> Dataset:
         num_classes=spec["labels"][label_key],
         kind="image",
         source=f"CIFAR python pickles (restricted unpickler): {origin}",
-        notes=f"train ({len(y) - n_test}) then test ({n_test}); pixels / 255; labels {label_key!r}",
+        notes=f"train ({len(y) - n_test}) then test ({n_test}); "
+        f"{'pixels / 255' if preprocessing == 'standard' else 'raw pixels 0..255'}; "
+        f"labels {label_key!r}",
     )
 
 
@@ -206,10 +217,11 @@ def _fetcher(name: str):
     license="no explicit license; cite Krizhevsky 2009",
     num_classes=10,
     manual="copy cifar-10-python.tar.gz (or its extracted cifar-10-batches-py/) into {folder}",
+    preprocessing=PREPROCESSING,
 )
-def load_cifar10(folder: Path) -> Dataset:
+def load_cifar10(folder: Path, preprocessing: str = "standard") -> Dataset:
     """CIFAR-10, the 5 training batches then the test batch."""
-    return load_cifar(folder, "cifar10", "labels")
+    return load_cifar(folder, "cifar10", "labels", preprocessing)
 
 
 @register_dataset(
@@ -223,9 +235,10 @@ def load_cifar10(folder: Path) -> Dataset:
     num_classes=100,
     options={"label": "fine"},
     manual="copy cifar-100-python.tar.gz (or its extracted cifar-100-python/) into {folder}",
+    preprocessing=PREPROCESSING,
 )
-def load_cifar100(folder: Path, label: str = "fine") -> Dataset:
+def load_cifar100(folder: Path, label: str = "fine", preprocessing: str = "standard") -> Dataset:
     """CIFAR-100 train then test; `label="fine"` (100 classes) or `"coarse"` (20)."""
     if label not in ("fine", "coarse"):
         raise DataError(f"cifar100 option label must be 'fine' or 'coarse', got {label!r}")
-    return load_cifar(folder, "cifar100", f"{label}_labels")
+    return load_cifar(folder, "cifar100", f"{label}_labels", preprocessing)

@@ -17,13 +17,19 @@ from miaudit.data.registry import register_dataset
     source="scikit-learn load_digits() (UCI optical digits test set), shipped with sklearn",
     license="CC BY 4.0 (UCI); sklearn BSD-3",
     num_classes=10,
+    preprocessing={
+        "standard": "pixels / 16 -> [0, 1]",
+        "raw": "integer pixels 0..16 as float32, as load_digits() ships them",
+    },
 )
-def load_digits_dataset(folder: Path) -> Dataset:
-    """Digits as images [1797, 1, 8, 8], pixel / 16 in [0, 1]."""
+def load_digits_dataset(folder: Path, preprocessing: str = "standard") -> Dataset:
+    """Digits as images [1797, 1, 8, 8]: pixel / 16 in [0, 1], or raw 0..16."""
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
-    images = np.asarray(bunch.images, dtype=np.float32)[:, None] / 16.0
+    images = np.asarray(bunch.images, dtype=np.float32)[:, None]
+    if preprocessing == "standard":
+        images = images / 16.0
     return Dataset(
         name="digits",
         features=images,
@@ -31,5 +37,6 @@ def load_digits_dataset(folder: Path) -> Dataset:
         num_classes=10,
         kind="image",
         source="sklearn.datasets.load_digits",
-        notes="pixels / 16 (the raw range is 0..16)",
+        notes="pixels / 16 (the raw range is 0..16)" if preprocessing == "standard"
+        else "raw pixels 0..16 (not scaled)",
     )

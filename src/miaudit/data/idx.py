@@ -103,8 +103,16 @@ def _fashion_present(folder: Path) -> bool:
     return _has_all(_fashion_folder(folder))
 
 
-def load_idx_folder(folder: Path, name: str, source: str) -> Dataset:
-    """train + t10k images/labels from `folder` -> [70000, 1, 28, 28] in [0, 1]."""
+PREPROCESSING = {
+    "standard": "pixels / 255 -> [0, 1]",
+    "raw": "integer pixels 0..255 as float32, the IDX bytes as they are",
+}
+
+
+def load_idx_folder(
+    folder: Path, name: str, source: str, preprocessing: str = "standard"
+) -> Dataset:
+    """train + t10k images/labels from `folder` -> [70000, 1, 28, 28] in [0, 1] (raw: 0..255)."""
     parts = {}
     for stem in IDX_FILES:
         path = _file(folder, stem)
@@ -125,7 +133,8 @@ def load_idx_folder(folder: Path, name: str, source: str) -> Dataset:
         images.append(img)
         labels.append(lab)
     x = np.concatenate(images)[:, None].astype(np.float32)
-    x /= 255.0
+    if preprocessing == "standard":
+        x /= 255.0
     y = np.concatenate(labels).astype(np.int64)
     n_train = len(labels[0])
     return Dataset(
@@ -136,7 +145,7 @@ def load_idx_folder(folder: Path, name: str, source: str) -> Dataset:
         kind="image",
         source=f"{source}: {folder}",
         notes=f"train ({n_train}) and t10k ({len(labels[1])}) concatenated in that order; "
-        "pixels / 255",
+        + ("pixels / 255" if preprocessing == "standard" else "raw pixels 0..255"),
     )
 
 
@@ -205,10 +214,11 @@ def fetch_fashion_mnist(folder: Path) -> Path:
     license="CC BY-SA 3.0 (as distributed by Y. LeCun and C. Cortes)",
     num_classes=10,
     manual=_manual(Path("{folder}")),
+    preprocessing=PREPROCESSING,
 )
-def load_mnist(folder: Path) -> Dataset:
+def load_mnist(folder: Path, preprocessing: str = "standard") -> Dataset:
     """MNIST, train and test concatenated."""
-    return load_idx_folder(folder, "mnist", "MNIST IDX files")
+    return load_idx_folder(folder, "mnist", "MNIST IDX files", preprocessing)
 
 
 @register_dataset(
@@ -222,7 +232,9 @@ def load_mnist(folder: Path) -> Dataset:
     license="MIT",
     num_classes=10,
     manual=_manual(Path("{folder}")),
+    preprocessing=PREPROCESSING,
 )
-def load_fashion_mnist(folder: Path) -> Dataset:
+def load_fashion_mnist(folder: Path, preprocessing: str = "standard") -> Dataset:
     """Fashion-MNIST, train and test concatenated (system copy used if present)."""
-    return load_idx_folder(_fashion_folder(folder), "fashion-mnist", "Fashion-MNIST IDX files")
+    return load_idx_folder(_fashion_folder(folder), "fashion-mnist", "Fashion-MNIST IDX files",
+                           preprocessing)

