@@ -31,6 +31,8 @@ class AuditResult:
     outcomes: list[AttackOutcome]
     meta: dict[str, Any] = field(default_factory=dict)  # dataset, target, model accuracies,
     # config, seed, warnings: free-form, JSON-serialisable
+    rows: np.ndarray | None = None  # int64 [n_audit]: the dataset row of each audit sample;
+    # None when unknown (a bare bank: `miaudit attack`), then reports show bank positions
 
     def outcome(self, name: str) -> AttackOutcome:
         for item in self.outcomes:

@@ -80,3 +80,17 @@ def test_an_average_case_leak_is_not_hidden_by_a_low_fpr_null():
     assert result.outcome("loss").metrics["tpr_at_fpr"]["0.01"] == 0.0
     auc = result.outcome("loss").metrics["auc"]
     assert f"AUC {auc:.3f}" in verdict["headline"] and "warning sign" in verdict_text(verdict)
+
+
+def test_mismatched_inputs_are_never_a_clearance():
+    result = _result(20_000, 20_000, shift=0.0, seed=1)
+    why = ("inputs look mismatched: the model is 8.3% accurate on its own training rows with "
+           "preprocessing 'standard' but 100.0% with 'raw'; rerun with --preprocessing raw")
+    verdict = make_verdict(result, {**CONTEXT, "input_mismatch": why})
+    assert verdict["level"] == "not measured" and verdict["input_mismatch"] == why
+    assert verdict["caveats"][0] == "I" + why[1:]  # first, where it is read
+    assert "no evidence that nothing leaks" in verdict["headline"]
+    text = " ".join(verdict_text(verdict).split())
+    assert "--preprocessing raw" in text
+    plain = make_verdict(result, CONTEXT)  # without a mismatch, nothing of it
+    assert plain["input_mismatch"] is None and "mismatched" not in verdict_text(plain)

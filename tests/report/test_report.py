@@ -142,13 +142,17 @@ def test_html_links_only_in_escaped_text(written: dict[str, Path]) -> None:
 def test_format_table(result: AuditResult) -> None:
     text = format_table(result)
     lines = text.splitlines()
+    assert lines[0].startswith("Verdict: ") and lines[1] == ""  # the verdict comes first
+    lines = lines[2:]
     for name in NAMES:
         assert any(line.startswith(name) for line in lines)
     assert "TPR@0.1%" in lines[0] and "TPR@1%" in lines[0] and "models" in lines[0]
+    assert "0.326 exp. FP*" in lines[1] and "3.26 exp. FP*" in lines[1]  # 326 non-members
     assert "rests on" in text and "treat as indicative" in text  # 300 non-members < 10,000
     assert "lira-online: 9 of 600 samples unscorable" in text
     assert re.search(r"\d+\.\d% \[\d+\.\d+, \d+\.\d+\]", text)  # "12.3% [10.1, 14.2]"
-    assert max(len(line) for line in lines[: 2 + len(NAMES)]) <= 120
+    # fits a wide terminal (the "train s (orig.)" label costs 8 columns)
+    assert max(len(line) for line in lines[: 3 + len(NAMES)]) <= 130
 
 
 def test_format_table_without_costs(result: AuditResult) -> None:
@@ -157,8 +161,8 @@ def test_format_table_without_costs(result: AuditResult) -> None:
         result.members,
         [AttackOutcome(o.name, o.scores, o.metrics) for o in result.outcomes],
     )
-    header = format_table(bare).splitlines()[0]
-    assert "models" not in header and "score s" not in header
+    header = format_table(bare, verdict=False).splitlines()[0]
+    assert header.startswith("attack") and "models" not in header and "score s" not in header
 
 
 def test_extra_figures_are_written_and_embedded(
@@ -262,6 +266,6 @@ def test_format_table_cost_alias_and_skipped(result: AuditResult) -> None:
         [aliased],
         meta={"skipped": {"rapid": "needs shadow models"}},
     )
-    lines = format_table(res).splitlines()
-    assert lines[0].split()[-1] == "models" and lines[2].split()[-1] == "7"
+    lines = format_table(res, verdict=False).splitlines()
+    assert lines[0].split()[-1] == "models" and lines[3].split()[-1] == "7"  # header, support, --
     assert "rapid: skipped (needs shadow models)" in lines

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from miaudit.audit.data import AuditData
+from miaudit.report.exposure import rank_members
 from miaudit.results import AuditResult
 
 COLUMNS = ("rank", "row", "label", "predicted", "score", "flagged_at_fpr", "nonmembers_above")
@@ -29,27 +31,17 @@ def rank_exposed(
 
     `row` is the sample's row in the user's data; `predicted` [n_audit] is the target's
     predicted class (query 0). Members the attack could not score (NaN) are not ranked.
+    The ranking is the report's (:func:`miaudit.report.exposure.rank_members`), with the
+    label and prediction of each sample added.
     """
-    scores = np.asarray(result.outcome(attack).scores, dtype=np.float64)
-    members = np.asarray(result.members, dtype=bool)
-    nonmember = np.sort(scores[~members & ~np.isnan(scores)])
-    candidates = np.flatnonzero(members & ~np.isnan(scores))
-    order = candidates[np.lexsort((data.audit_rows[candidates], -scores[candidates]))][:top]
-    n0 = int((~members).sum())  # NaN non-members are never flagged but count in the FPR
-    rows = []
-    for rank, i in enumerate(order, start=1):
-        above = int(nonmember.size - np.searchsorted(nonmember, scores[i], side="left"))
-        rows.append({
-            "rank": rank,
-            "bank_index": int(result.indices[i]),
-            "row": int(data.audit_rows[i]),
-            "label": int(data.labels[result.indices[i]]),
-            "predicted": int(predicted[i]),
-            "score": float(scores[i]),
-            "flagged_at_fpr": above / n0,
-            "nonmembers_above": above,
-        })
-    return rows
+    with_rows = result if result.rows is not None else replace(result, rows=data.audit_rows)
+    return [
+        {"rank": r["rank"], "bank_index": r["bank_index"], "row": r["row"],
+         "label": int(data.labels[r["bank_index"]]), "predicted": int(predicted[r["position"]]),
+         "score": r["score"], "flagged_at_fpr": r["flagged_at_fpr"],
+         "nonmembers_above": r["nonmembers_above"]}
+        for r in rank_members(with_rows, attack, top)
+    ]
 
 
 def exposure_csv(rows: list[dict[str, Any]]) -> str:

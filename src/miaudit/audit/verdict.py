@@ -13,51 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
+# the ranking and the level are the report's (the table's ★ and every report's verdict line);
+# this module words them as the release statement
+from miaudit.report.strength import MIN_EXPECTED_FP, assess, headline_fpr, strongest_at
 from miaudit.report.table import fmt_pct
-from miaudit.results import AttackOutcome, AuditResult
+from miaudit.results import AuditResult
 
-MIN_EXPECTED_FP = 10
-
-
-def _fprs(result: AuditResult) -> list[str]:
-    keys = {k for o in result.outcomes for k in o.metrics.get("tpr_at_fpr", {})}
-    return sorted(keys, key=float)
-
-
-def headline_fpr(result: AuditResult) -> str | None:
-    """The smallest reported FPR with >= 10 expected false positives, else the largest."""
-    keys = _fprs(result)
-    if not keys:
-        return None
-    n0 = max(int(o.metrics.get("n_nonmembers") or 0) for o in result.outcomes)
-    good = [k for k in keys if n0 * float(k) >= MIN_EXPECTED_FP * (1 - 1e-12)]
-    return good[0] if good else keys[-1]
-
-
-def strongest_at(result: AuditResult, key: str) -> AttackOutcome | None:
-    """The attack with the highest TPR at FPR `key` (ties: the higher AUC)."""
-    def rank(o: AttackOutcome) -> tuple[float, float]:
-        tpr = o.metrics.get("tpr_at_fpr", {}).get(key)
-        auc = o.metrics.get("auc")
-        return (-1.0 if tpr is None else tpr, -1.0 if auc is None else auc)
-
-    return max(result.outcomes, key=rank) if result.outcomes else None
-
-
-def _figure(o: AttackOutcome, key: str) -> dict[str, Any]:
-    met = o.metrics
-    support = (met.get("fpr_support") or {}).get(key) or {}
-    tpr = met["tpr_at_fpr"][key]
-    return {
-        "fpr": float(key),
-        "tpr": tpr,
-        "tpr_ci": (met.get("tpr_at_fpr_ci") or {}).get(key),
-        "times_chance": tpr / float(key),
-        "n_members": met.get("n_members"),
-        "n_nonmembers": met.get("n_nonmembers"),
-        "expected_false_positives": support.get("expected_false_positives"),
-        "indicative": support.get("warning") is not None,
-    }
+__all__ = ["MIN_EXPECTED_FP", "headline_fpr", "strongest_at", "make_verdict", "verdict_text"]
 
 
 def _pct(value: float) -> str:
@@ -76,23 +38,23 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
     """The plain-words statement and the figures it quotes.
 
     `context`: `outputs` (what an attacker sees, e.g. "probabilities"), `references` (count),
-    `reference_note` (how references were made), `skipped` (count), `confidence` (of the CIs).
+    `reference_note` (how references were made), `skipped` (count), `confidence` (of the CIs),
+    `input_mismatch` (why the model's inputs look unlike its training data, or None).
     """
-    key = headline_fpr(result)
-    best = strongest_at(result, key) if key else None
-    if best is None or key is None:
+    found = assess(result)
+    if found["level"] == "none":
         return {"level": "none", "headline": "No attack ran, so nothing was measured.",
                 "paragraphs": [], "caveats": [], "figures": []}
-    figures = [_figure(best, k) for k in _fprs(result) if k in best.metrics["tpr_at_fpr"]]
-    main = next(f for f in figures if f["fpr"] == float(key))
+    best = result.outcome(found["attack"])
+    figures, main = found["figures"], found["main"]
     fpr, tpr, ci = main["fpr"], main["tpr"], main["tpr_ci"]
-    measurable = ci[0] > fpr if ci else tpr > fpr
+    measurable = found["level"] == "exposed"
     confidence = int(round(100 * context.get("confidence", 0.95)))
     ci_text = _ci(ci, confidence)
+    level = found["level"]
     if measurable:
         ratio = main["times_chance"]
-        degree = "far" if ratio >= 10 else "well" if ratio >= 3 else "slightly but measurably"
-        level = "exposed"
+        degree = {"slightly": "slightly but measurably"}.get(found["degree"], found["degree"])
         headline = (
             f"Training-set membership is exposed: the strongest attack, {best.name}, picks out "
             f"{_pct(tpr)} of the training samples while wrongly flagging {_rate(fpr)} of the "
@@ -100,18 +62,14 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
             "above chance."
         )
     else:
-        level = "not measured"
         headline = (
             f"No attack picked out training samples measurably better than guessing at "
             f"{_rate(fpr)} FPR: the strongest, {best.name}, flags {_pct(tpr)} of the training "
             f"samples ({ci_text}) where guessing flags {_rate(fpr)}."
         )
-        # An average-case signal (AUC interval above 0.5) is a leak too, if not yet a
-        # confident one: never let a low-FPR null hide it.
-        top = max(result.outcomes, key=lambda o: o.metrics.get("auc") or 0.0)
-        auc_ci = top.metrics.get("auc_ci")
-        if auc_ci and auc_ci[0] > 0.5:
-            level = "average-case"
+        if level == "average-case":  # an AUC interval above 0.5: never hidden by a null
+            top = result.outcome(found["auc_attack"])
+            auc_ci = top.metrics["auc_ci"]
             headline += (
                 f" But membership shows on average: {top.name} ranks training samples above "
                 f"non-members with AUC {top.metrics['auc']:.3f} ({confidence}% CI "
@@ -183,9 +141,15 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
     if context.get("skipped"):
         caveats.insert(1, f"{context['skipped']} attack(s) could not run on this audit; the "
                           "table lists each with the reason.")
+    mismatch = context.get("input_mismatch")
+    if mismatch:  # figures of a model fed other values than it was trained on clear nothing
+        caveats.insert(0, mismatch[0].upper() + mismatch[1:])
+        if level != "exposed":
+            headline += (" But the model's inputs look mismatched with its training data (see "
+                         "the first caveat), so this is no evidence that nothing leaks.")
     return {"level": level, "attack": best.name, "fpr": fpr, "figures": figures,
             "auc": auc, "headline": headline, "paragraphs": paragraphs,
-            "caveats": [c for c in caveats if c]}
+            "caveats": [c for c in caveats if c], "input_mismatch": mismatch}
 
 
 def verdict_text(verdict: dict[str, Any]) -> str:

@@ -10,12 +10,35 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.report.exposure import EXPOSURE_FIGURE, audit_sections
-from miaudit.report.table import build_table, fmt_pct, fpr_label, reported_fprs
-from miaudit.results import AttackOutcome, AuditResult
+from miaudit.report.exposure import EXPOSURE_FIGURE, audit_sections, exposed_html
+from miaudit.report.strength import ranked
+from miaudit.report.table import Table, build_table, fmt_pct
+from miaudit.report.verdict import short_verdict
+from miaudit.results import AuditResult
 
 TOP_EXPOSED = 20
-_PREFERRED_FPR = "0.01"
+# how each figure is read; an extra figure without an entry gets a generic caption
+CAPTIONS = {
+    "roc": "ROC curves of every attack on log-log axes, drawn as steps (the TPR reachable at "
+    "each FPR, as in the table). Read the left part: how many members (y) an attack finds "
+    "while wrongly flagging only a small share of non-members (x). The dotted diagonal is "
+    "guessing; dashed lines mark the reported FPRs; the grey band covers FPRs where fewer than "
+    "10 non-members would be false positives, so curves there rest on a handful of samples.",
+    "histograms": "Where each attack ranks members (red) and non-members (blue) among all "
+    "audit samples: x is the score's rank as a share of the audit samples (0 = lowest score, "
+    "1 = highest), y the share of each group per bin. Ranks rather than raw scores make every "
+    "attack readable on one scale (scores can be huge, negative or tied). Without a leak both "
+    "groups are flat at the dashed line; a leak piles members up on the right. A red bar above "
+    "the blue one at the far right means members the attack flags with few false alarms. "
+    "Panels are ordered strongest attack first.",
+    "calibration": "Difficulty calibration (Watson et al., fig. 1): the loss attack's ranks "
+    "before calibration (left) and after subtracting what reference models expect for each "
+    "sample (right); same axes as the histograms. Calibration helps when the members (red) "
+    "move further right and the non-members (blue) further left after it.",
+    EXPOSURE_FIGURE: "The most exposed training samples, most exposed first, with their "
+    "row, label and the FPR at which the strongest attack flags them.",
+}
+_LEVEL_CLASS = {"exposed": "bad", "average-case": "warn", "not measured": "ok", "none": "muted"}
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
@@ -32,6 +55,15 @@ figure { margin: 1rem 0; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.85rem; color: #555; }
 .muted { color: #666; font-size: 0.85rem; }
+p.verdict { font-size: 1.05rem; padding: 0.7rem 1rem; border-left: 6px solid; margin-top: 0; }
+p.verdict.bad { background: #fdecea; border-color: #c62828; }
+p.verdict.warn { background: #fff4e0; border-color: #e08a00; }
+p.verdict.ok { background: #eaf5ea; border-color: #2e7d32; }
+p.verdict.muted { background: #f4f4f4; border-color: #999; }
+tr.strongest td { font-weight: 600; background: #fff8d6; }
+tbody td:first-child { white-space: nowrap; }
+th small { font-weight: normal; color: #666; display: block; }
+ul.legend { font-size: 0.85rem; color: #444; margin-top: 0.2rem; }
 """
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -72,6 +104,35 @@ def _table(header: list[str], rows: list[list[Any]], num_from: int = 1) -> str:
         )
         body.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _verdict_html(verdict: dict[str, Any]) -> str:
+    """The verdict line as the page's first paragraph, its label in bold, coloured by level."""
+    line, head = verdict["line"], f"Verdict: {verdict['label']}."
+    text = (f"<b>{escape(head)}</b>{escape(line[len(head):])}" if line.startswith(head)
+            else escape(line))
+    return f'<p class="verdict {_LEVEL_CLASS[verdict["level"]]}">{text}</p>'
+
+
+def _results_html(table: Table) -> str:
+    """The results table: the strongest row highlighted, each TPR column's expected false
+    positives under its header, the legend below."""
+    subs = table.subheader or [""] * len(table.header)
+    head = "".join(
+        f"<th>{escape(h)}" + (f"<small>{escape(sub)}</small>" if sub else "") + "</th>"
+        for h, sub in zip(table.header, subs, strict=True)
+    )
+    body = []
+    for i, row in enumerate(table.rows):
+        cells = "".join(
+            f'<td class="num">{escape(c)}</td>' if j else f"<td>{escape(c)}</td>"
+            for j, c in enumerate(row)
+        )
+        mark = ' class="strongest"' if i == table.strongest else ""
+        body.append(f"<tr{mark}>{cells}</tr>")
+    legend = "".join(f"<li>{escape(x)}</li>" for x in table.legend)
+    return (f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+            + (f'<ul class="legend">{legend}</ul>' if legend else ""))
 
 
 def _models_html(models: Any) -> str:
@@ -119,23 +180,9 @@ def _meta_html(meta: dict[str, Any]) -> str:
     return "\n".join(parts) or '<p class="muted">No metadata recorded.</p>'
 
 
-def strongest(result: AuditResult) -> tuple[AttackOutcome | None, str | None]:
-    """Attack with the highest TPR at 1% FPR (else the largest reported FPR), ties by AUC."""
-    fprs = reported_fprs(result)
-    key = _PREFERRED_FPR if _PREFERRED_FPR in fprs else (max(fprs, key=float) if fprs else None)
-
-    def rank(o: AttackOutcome) -> tuple[float, float]:
-        tpr = o.metrics.get("tpr_at_fpr", {}).get(key) if key else None
-        auc = o.metrics.get("auc")
-        return (-1.0 if tpr is None else tpr, -1.0 if auc is None else auc)
-
-    if not result.outcomes:
-        return None, key
-    return max(result.outcomes, key=rank), key
-
-
 def _explanation(result: AuditResult, name_best: bool = True) -> str:
-    best, key = strongest(result)
+    order, key = ranked(result)
+    best = order[0] if order else None
     text = (
         "<p><b>AUC</b> is the probability that an attack gives a randomly chosen training "
         "member a higher score than a randomly chosen non-member: 0.5 is guessing, 1.0 is "
@@ -163,34 +210,9 @@ def _explanation(result: AuditResult, name_best: bool = True) -> str:
     return text
 
 
-def _exposed_html(result: AuditResult) -> str:
-    best, key = strongest(result)
-    if best is None:
-        return '<p class="muted">No attacks.</p>'
-    scores = np.asarray(best.scores, dtype=np.float64)
-    finite = np.flatnonzero(~np.isnan(scores))
-    top = finite[np.argsort(-scores[finite], kind="stable")[:TOP_EXPOSED]]
-    members = np.asarray(result.members, dtype=bool)
-    indices = np.asarray(result.indices)
-    rows = [[int(indices[i]), "yes" if members[i] else "no", f"{scores[i]:.6g}"] for i in top]
-    crit = f"by {fpr_label(key)}" if key else "by AUC"
-    intro = (
-        f"<p>The {len(top)} audit samples with the highest score under "
-        f"<b>{escape(best.name)}</b> (the strongest attack {escape(crit)}). "
-        "<i>index</i> is the sample's position in the bank.</p>"
-    )
-    return intro + _table(["index", "member", "score"], rows)
-
-
 def _figure_html(name: str, png: bytes) -> str:
     data = base64.b64encode(png).decode("ascii")
-    captions = {
-        "roc": "ROC curves on log-log axes, drawn as steps (the TPR reachable at each FPR, "
-        "as in the table). Dashed lines: the reported FPRs; grey band: FPRs where fewer "
-        "than 10 non-members would be false positives.",
-        "histograms": "Score distributions of members (red) and non-members (blue).",
-    }
-    caption = captions.get(name, name)
+    caption = CAPTIONS.get(name, f"{name}: an extra figure of this run ({name}.png).")
     return (
         f'<figure><img alt="{escape(name)}" src="data:image/png;base64,{data}">'
         f"<figcaption>{escape(caption)}</figcaption></figure>"
@@ -207,6 +229,7 @@ def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
         if k in meta and isinstance(meta[k], _SCALARS)
     )
     table = build_table(result)
+    verdict = short_verdict(result)
     warnings = [str(w) for w in (meta.get("warnings") or [])] + table.notes
     warn_html = (
         '<ul class="warnings">' + "".join(f"<li>{escape(w)}</li>" for w in warnings) + "</ul>"
@@ -217,12 +240,14 @@ def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
     n_members = int(np.asarray(result.members, dtype=bool).sum())
     n_total = int(np.asarray(result.members).size)
     body = [
+        # the verdict comes first: how worried to be, before any table
+        _verdict_html(verdict),
         f"<h1>{escape(title)}</h1>",
         f'<p class="muted">{escape(subtitle)}</p>' if subtitle else "",
         f"<p>{n_total:,} audit samples ({n_members:,} members, {n_total - n_members:,} "
         f"non-members), {len(result.outcomes)} attacks.</p>",
         "<h2>Results</h2>",
-        _table(table.header, table.rows),
+        _results_html(table),
         "<h2>What this means</h2>",
         _explanation(result, name_best="verdict" not in audit),  # the verdict names its own
         audit.get("verdict", ""),
@@ -232,7 +257,7 @@ def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
         *(_figure_html(name, png) for name, png in figures.items()
           if not (name == EXPOSURE_FIGURE and "exposure" in audit)),
         "<h2>Most exposed samples</h2>",
-        audit.get("exposure") or _exposed_html(result),
+        audit.get("exposure") or exposed_html(result, verdict.get("attack"), TOP_EXPOSED),
         "<h2>Run metadata</h2>",
         _meta_html(meta),
     ]

@@ -1,4 +1,5 @@
-"""Figures of the report: log-log ROC of all attacks and per-attack score histograms.
+"""Figures of the report: log-log ROC of all attacks and per-attack histograms of the scores'
+normalised ranks (members vs non-members), strongest attack first.
 
 Figures are built as ``matplotlib.figure.Figure`` objects rendered by the Agg canvas, never
 through pyplot: nothing global (backend, current figure) is touched, nothing happens at
@@ -15,7 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from miaudit.metrics import roc
-from miaudit.report.table import fmt_pct, fpr_label, reported_fprs
+from miaudit.report.strength import ranked
+from miaudit.report.table import STRONGEST_MARK, fmt_pct, fpr_label, reported_fprs
 from miaudit.results import AuditResult
 
 MIN_FPR = 1e-5
@@ -65,15 +67,13 @@ def roc_figure(result: AuditResult) -> Figure:
             color="0.3",
         )
     cycle_len = 10
-    for i, outcome in enumerate(result.outcomes):
+    order, rank_key = ranked(result)  # legend in the table's order, quoting its FPR
+    for i, outcome in enumerate(order):
         fpr, tpr, _ = roc(outcome.scores, members)
         met = outcome.metrics
-        label = outcome.name
-        if met.get("auc") is not None:
-            label += f"  AUC {met['auc']:.3f}"
-        first = fprs[0] if fprs else None
-        if first is not None and first in met.get("tpr_at_fpr", {}):
-            label += f", {fpr_label(first)} {fmt_pct(met['tpr_at_fpr'][first])}%"
+        label = _panel_title(outcome, i == 0 and rank_key is not None).replace("   ", "  ")
+        if rank_key is not None and rank_key in met.get("tpr_at_fpr", {}):
+            label += f", {fpr_label(rank_key)} {fmt_pct(met['tpr_at_fpr'][rank_key])}%"
         # steps: between ROC points the achievable TPR is the previous point's (the same
         # convention as the reported TPR@FPR; no interpolation towards the next point)
         ax.plot(
@@ -100,83 +100,96 @@ def roc_figure(result: AuditResult) -> Figure:
     return fig
 
 
-def _hist_panel(ax, name: str, scores: np.ndarray, members: np.ndarray) -> None:
-    finite = ~np.isnan(scores)
-    n_nan = int((~finite).sum())
-    s_in, s_out = scores[finite & members], scores[finite & ~members]
-    title = name if not n_nan else f"{name}  ({n_nan:,} unscorable skipped)"
-    ax.set_title(title, fontsize=9)
-    ax.tick_params(labelsize=8)
-    values = scores[finite]
+def normalised_ranks(scores: np.ndarray) -> np.ndarray:
+    """Each score's rank among the scorable (non-NaN) scores, scaled into (0, 1): the
+    mid-rank minus one half over their count, so n untied scores give 0.5/n .. 1 - 0.5/n.
+
+    Tied scores share their mid-rank (an attack that cannot tell samples apart shows them at
+    one place); +-inf are the extremes; NaN (unscorable) stays NaN.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    out = np.full(scores.shape, np.nan)
+    valid = ~np.isnan(scores)
+    values = scores[valid]
     if values.size == 0:
+        return out
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    below = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    mid = below + (counts + 1) / 2  # 1-based mid-rank of each distinct value
+    out[valid] = (mid[inverse.ravel()] - 0.5) / values.size
+    return out
+
+
+_RANK_BINS = 20  # ~5% of the samples per bin: smooth at a few hundred per group
+
+
+def _hist_panel(ax, title: str, scores: np.ndarray, members: np.ndarray) -> None:
+    """Members vs non-members over the scores' normalised ranks (fraction of each group per
+    bin). Raw scores are unreadable in one layout for every attack (heavy tails, negative,
+    huge or tied values); ranks keep their order, which is all a threshold attack uses."""
+    scores = np.asarray(scores, dtype=np.float64)
+    n_nan = int(np.isnan(scores).sum())
+    ranks = normalised_ranks(scores)
+    finite = ~np.isnan(ranks)
+    notes = []
+    if n_nan:
+        notes.append(f"{n_nan:,} unscorable, not shown")
+    values, counts = np.unique(scores[finite], return_counts=True)
+    if 0 < values.size <= 10:
+        notes.append(f"{values.size} distinct score{'s' if values.size > 1 else ''}: "
+                     "ties share a rank")
+    elif counts.size and counts.max() >= 0.05 * finite.sum():  # a spike: say what it is
+        notes.append(f"{counts.max() / finite.sum():.0%} of samples tie at one score")
+    # padded above the legend row that sits on the axes (see below)
+    ax.set_title(title + ("\n" + "; ".join(notes) if notes else ""), fontsize=9, pad=15)
+    ax.tick_params(labelsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("rank among audit samples (0 lowest score, 1 highest)", fontsize=8)
+    ax.set_ylabel("share of group per bin", fontsize=8)
+    if not finite.any():
         ax.text(0.5, 0.5, "no scorable samples", ha="center", va="center", transform=ax.transAxes)
         return
-    distinct = np.unique(values)
-    if distinct.size == 1:
-        ax.set_title(f"{title}  (constant score)", fontsize=9)
-    if distinct.size <= 10:  # discrete scores (e.g. correctness): bars per value
-        x = np.arange(distinct.size)
-        for off, part, color, lab in (
-            (-0.2, s_in, _MEMBER_COLOR, "members"),
-            (0.2, s_out, _NONMEMBER_COLOR, "non-members"),
-        ):
-            frac = np.array([(part == v).mean() if part.size else 0.0 for v in distinct])
-            ax.bar(x + off, frac, width=0.4, color=color, alpha=0.7, label=lab)
-        ax.set_xticks(x, [f"{v:.3g}" for v in distinct], fontsize=8)
-        return
-    lo, hi = np.quantile(values, [0.001, 0.999])
-    if not hi > lo:
-        lo, hi = float(distinct[0]), float(distinct[-1])
-    edges = np.linspace(lo, hi, 51)
+    edges = np.linspace(0, 1, _RANK_BINS + 1)
+    ax.axhline(1 / _RANK_BINS, color="0.45", lw=0.8, ls="--", label="no leak (flat)")
     for part, color, lab in (
-        (s_in, _MEMBER_COLOR, "members"),
-        (s_out, _NONMEMBER_COLOR, "non-members"),
+        (ranks[finite & members], _MEMBER_COLOR, "members"),
+        (ranks[finite & ~members], _NONMEMBER_COLOR, "non-members"),
     ):
         if part.size:
-            ax.hist(
-                np.clip(part, lo, hi),
-                bins=edges,
-                weights=np.full(part.size, 1 / part.size),
-                histtype="stepfilled",
-                alpha=0.45,
-                color=color,
-                label=lab,
-            )
-            ax.hist(
-                np.clip(part, lo, hi),
-                bins=edges,
-                weights=np.full(part.size, 1 / part.size),
-                histtype="step",
-                color=color,
-                lw=1,
-            )
+            weights = np.full(part.size, 1 / part.size)
+            ax.hist(part, bins=edges, weights=weights, histtype="stepfilled", alpha=0.35,
+                    color=color, label=lab)
+            ax.hist(part, bins=edges, weights=weights, histtype="step", color=color, lw=1.2)
+    ax.set_ylim(0, None)
+    # one row between the title and the axes: the legend never hides a bar
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3, fontsize=7,
+              frameon=False, borderaxespad=0.1, handlelength=1.5, columnspacing=1.0)
+
+
+def _panel_title(outcome, mark: bool) -> str:
+    auc = outcome.metrics.get("auc")
+    title = f"{outcome.name} {STRONGEST_MARK}" if mark else outcome.name
+    return title + (f"   AUC {auc:.3f}" if auc is not None else "")
 
 
 def histograms_figure(result: AuditResult) -> Figure:
-    """Grid of per-attack score histograms, members vs non-members (fractions per class).
-
-    NaN scores are skipped (and counted in the panel title); discrete scores are shown as bars
-    per value; continuous scores use 50 bins over the 0.1-99.9 percentile range, with the
-    outer tails clipped into the edge bins.
-    """
-    n = max(1, len(result.outcomes))
+    """Grid of per-attack histograms of normalised score ranks, members vs non-members,
+    strongest attack first (the table's order); see :func:`_hist_panel`."""
+    order, key = ranked(result)
+    n = max(1, len(order))
     ncols = min(3, n)
     nrows = math.ceil(n / ncols)
-    fig = Figure(figsize=(4.2 * ncols, 2.9 * nrows + 0.6), layout="constrained")
+    fig = Figure(figsize=(4.4 * ncols, 3.2 * nrows + 0.5), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False)
     members = np.asarray(result.members, dtype=bool)
-    for ax, outcome in zip(axes.flat, result.outcomes, strict=False):
-        _hist_panel(ax, outcome.name, np.asarray(outcome.scores, dtype=np.float64), members)
-    for ax in list(axes.flat)[len(result.outcomes) :]:
+    for i, (ax, outcome) in enumerate(zip(axes.flat, order, strict=False)):
+        _hist_panel(ax, _panel_title(outcome, i == 0 and key is not None),
+                    np.asarray(outcome.scores, dtype=np.float64), members)
+    for ax in list(axes.flat)[len(order) :]:
         ax.set_visible(False)
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    uniq = dict(zip(labels, handles, strict=True))
-    fig.suptitle(
-        "Score distributions (higher = more likely member; y: fraction per class)", fontsize=10
-    )
-    if uniq:
-        fig.legend(uniq.values(), uniq.keys(), loc="outside lower center", ncols=2, fontsize=9)
+    fig.suptitle("Where each attack ranks members and non-members (a leak piles members up "
+                 "on the right)", fontsize=10)
     return fig
 
 
@@ -184,22 +197,21 @@ def calibration_figure(
     result: AuditResult, before: str = "loss", after: str = "calibrated-loss"
 ) -> Figure | None:
     """Watson et al. (seed 001) figure 1: a score before and after difficulty calibration,
-    members vs non-members. None when the result lacks either attack."""
+    members vs non-members (normalised ranks, as the histograms). None when the result lacks
+    either attack."""
     names = [o.name for o in result.outcomes]
     if before not in names or after not in names:
         return None
-    fig = Figure(figsize=(8.4, 3.2), layout="constrained")
+    fig = Figure(figsize=(8.8, 3.4), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2, squeeze=False)
     members = np.asarray(result.members, dtype=bool)
-    for ax, name in zip(axes.flat, (before, after), strict=True):
-        scores = np.asarray(result.outcome(name).scores, dtype=np.float64)
-        _hist_panel(ax, name, scores, members)
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+    for ax, name, when in zip(axes.flat, (before, after), ("before", "after"), strict=True):
+        outcome = result.outcome(name)
+        _hist_panel(ax, f"{when}: {_panel_title(outcome, False)}",
+                    np.asarray(outcome.scores, dtype=np.float64), members)
     fig.suptitle(f"{before} before and after difficulty calibration (Watson et al., fig. 1)",
                  fontsize=10)
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=9)
     return fig
 
 

@@ -1,4 +1,6 @@
-"""The results table: one row per attack, shared by the terminal and the HTML report."""
+"""The results table: one row per attack, strongest first, shared by the terminal and the HTML
+report. The order and the ★ come from :mod:`miaudit.report.strength`, the same ranking the
+verdict line and `miaudit audit`'s release statement use."""
 
 from __future__ import annotations
 
@@ -6,16 +8,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from miaudit.report.strength import MIN_EXPECTED_FP, expected_false_positives, n_nonmembers, ranked
 from miaudit.results import AuditResult
 
+# the models' training seconds as recorded when they were trained, also when this run loaded
+# them from the cache (then the footnote of :func:`cache_note` says so)
+TRAIN_LABEL = "train s (orig.)"
 # cost keys (accepted spellings) and their column headers, in display order
 COST_COLUMNS = (
     (("models_trained", "models"), "models"),
     (("queries_per_sample",), "queries"),
-    (("train_seconds",), "train s"),
+    (("train_seconds",), TRAIN_LABEL),
     (("score_seconds",), "score s"),
 )
 LOW_SUPPORT_MARK = "*"
+STRONGEST_MARK = "★"
 
 
 @dataclass
@@ -24,7 +31,10 @@ class Table:
 
     header: list[str]
     rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # warnings: low support, unscorable, skipped
+    subheader: list[str] = field(default_factory=list)  # per column: what a figure rests on
+    legend: list[str] = field(default_factory=list)  # what the order, ★ and columns mean
+    strongest: int | None = None  # row of the strongest attack (the first), None if none
 
 
 def fmt_pct(value: float | None) -> str:
@@ -53,7 +63,7 @@ def _cost(cost: dict[str, Any], keys: tuple[str, ...]) -> Any:
 def _fmt_cost(key: str, value: Any) -> str:
     if value is None:
         return "-"
-    if key.endswith(" s"):
+    if key.endswith(" s") or key == TRAIN_LABEL:  # seconds
         return f"{float(value):.1f}"
     if isinstance(value, float) and not value.is_integer():
         return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
@@ -75,28 +85,74 @@ def reported_fprs(result: AuditResult) -> list[str]:
     return keys
 
 
+def _support_cell(result: AuditResult, key: str) -> str:
+    """'10 exp. FP' under a TPR column: the false positives its figure rests on."""
+    expected = expected_false_positives(result, key)
+    low = expected < MIN_EXPECTED_FP * (1 - 1e-12)
+    return f"{expected:.3g} exp. FP" + (LOW_SUPPORT_MARK if low else "")
+
+
+def _order_legend(result: AuditResult, key: str | None) -> list[str]:
+    if key is None:
+        return ["Order: by AUC (no attack reports a TPR at a low FPR)."]
+    n0 = n_nonmembers(result)
+    good = expected_false_positives(result, key) >= MIN_EXPECTED_FP * (1 - 1e-12)
+    why = (f"the lowest FPR resting on >= {MIN_EXPECTED_FP} expected false positives"
+           if good else f"no FPR rests on >= {MIN_EXPECTED_FP} expected false positives, so "
+           "the best-supported one")
+    return [
+        f"{STRONGEST_MARK} strongest; attacks sorted strongest first by {fpr_label(key)} ({why}),"
+        " then AUC.",
+        f"exp. FP: expected false positives, the {n0:,} non-members times the FPR; a TPR resting"
+        f" on fewer than {MIN_EXPECTED_FP} is marked {LOW_SUPPORT_MARK} (indicative).",
+    ]
+
+
+def cache_note(meta: dict[str, Any]) -> str | None:
+    """Footnote when this run loaded its models from the cache (their training seconds are
+    then the original training's, not this run's); None when every model was trained here."""
+    cached = meta.get("models_from_cache", meta.get("references_from_cache")) or 0
+    if not cached:
+        return None
+    trained = meta.get("models_trained", meta.get("references_trained")) or 0
+    what = "models" if "models_from_cache" in meta else "reference models"
+    note = (f"{TRAIN_LABEL}: {cached:,} of {cached + trained:,} {what} were loaded from the "
+            "model cache, not trained in this run; the column gives the seconds their original "
+            "training took")
+    original = meta.get("train_seconds_original")
+    if original is not None:
+        note += f" ({float(original):.1f} s in all)"
+    wall = meta.get("train_wall_seconds")
+    if wall is not None:
+        note += f"; this run spent {float(wall):.1f} s training and loading"
+    return note + "."
+
+
 def build_table(result: AuditResult) -> Table:
-    """Rows of text cells plus footnotes (low-support warnings, unscorable counts)."""
-    fprs = reported_fprs(result)
+    """Rows of text cells, strongest attack first, plus the legend and footnotes."""
+    fprs = sorted(reported_fprs(result), key=float)
+    order, key = ranked(result)
     costs = [
-        (key, label)
-        for key, label in COST_COLUMNS
-        if any(_cost(o.cost, key) is not None for o in result.outcomes)
+        (key_, label)
+        for key_, label in COST_COLUMNS
+        if any(_cost(o.cost, key_) is not None for o in result.outcomes)
     ]
     header = ["attack", "AUC [CI]"]
     header += [f"{fpr_label(k)} [CI]" for k in fprs]
     header += ["bal.acc"] + [label for _, label in costs]
+    subheader = ["", "", *(_support_cell(result, k) for k in fprs)] + [""] * (1 + len(costs))
     rows: list[list[str]] = []
     warnings: list[str] = []
     unscorable: list[str] = []
-    for outcome in result.outcomes:
+    for i, outcome in enumerate(order):
         met = outcome.metrics
-        row = [outcome.name, _fmt_auc(met.get("auc")) + _fmt_ci(met.get("auc_ci"), _fmt_auc)]
-        for key in fprs:
-            cell = fmt_pct(met.get("tpr_at_fpr", {}).get(key))
+        name = f"{outcome.name} {STRONGEST_MARK}" if i == 0 and key else outcome.name
+        row = [name, _fmt_auc(met.get("auc")) + _fmt_ci(met.get("auc_ci"), _fmt_auc)]
+        for k in fprs:
+            cell = fmt_pct(met.get("tpr_at_fpr", {}).get(k))
             cell += "%" if cell != "-" else ""
-            cell += _fmt_ci(met.get("tpr_at_fpr_ci", {}).get(key), fmt_pct)
-            warning = (met.get("fpr_support", {}).get(key) or {}).get("warning")
+            cell += _fmt_ci(met.get("tpr_at_fpr_ci", {}).get(k), fmt_pct)
+            warning = (met.get("fpr_support", {}).get(k) or {}).get("warning")
             if warning:
                 cell += LOW_SUPPORT_MARK
                 if warning not in warnings:
@@ -104,7 +160,7 @@ def build_table(result: AuditResult) -> Table:
             row.append(cell)
         bal = met.get("balanced_accuracy")
         row.append("-" if bal is None else f"{bal:.3f}")
-        row += [_fmt_cost(label, _cost(outcome.cost, key)) for key, label in costs]
+        row += [_fmt_cost(label, _cost(outcome.cost, key_)) for key_, label in costs]
         rows.append(row)
         n_bad = met.get("n_unscorable") or 0
         if n_bad:
@@ -116,26 +172,42 @@ def build_table(result: AuditResult) -> Table:
     if isinstance(skipped, dict):
         unscorable += [f"{name}: skipped ({reason})" for name, reason in skipped.items()]
     notes = [f"{LOW_SUPPORT_MARK} {w}" for w in warnings] + unscorable
-    return Table(header=header, rows=rows, notes=notes)
+    legend = _order_legend(result, key) if result.outcomes else []
+    cached = cache_note(result.meta or {}) if any(lab == TRAIN_LABEL for _, lab in costs) else None
+    legend += [cached] if cached else []
+    return Table(header=header, rows=rows, notes=notes, legend=legend,
+                 subheader=subheader if fprs else [],
+                 strongest=0 if key and rows else None)
 
 
-def format_table(result: AuditResult) -> str:
-    """Fixed-width results table for the terminal, with footnotes below it.
+def format_table(result: AuditResult, *, verdict: bool = True) -> str:
+    """Fixed-width results table for the terminal, the verdict line above it (``verdict``)
+    and its legend and footnotes below.
 
-    Columns: attack | AUC [CI] | TPR@f [CI] for each reported FPR | bal.acc | cost columns
-    (models, queries, train s, score s) when any attack reports them.
+    Columns: attack | AUC [CI] | TPR@f [CI] for each reported FPR, with the expected false
+    positives it rests on below the header | bal.acc | cost columns (models, queries,
+    train s (orig.), score s) when any attack reports them. Rows: strongest attack first.
     """
     table = build_table(result)
-    widths = [max(len(cell) for cell in col) for col in zip(table.header, *table.rows, strict=True)]
+    lines = [table.header, *([table.subheader] if table.subheader else []), *table.rows]
+    widths = [max(len(cell) for cell in col) for col in zip(*lines, strict=True)]
 
     def line(cells: list[str]) -> str:
         first = cells[0].ljust(widths[0])
         rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
         return "  ".join([first, *rest]).rstrip()
 
-    out = [line(table.header), "  ".join("-" * w for w in widths)]
+    out = []
+    if verdict:
+        # imported here: the verdict module formats with this one's helpers
+        from miaudit.report.verdict import verdict_line
+
+        out += [verdict_line(result), ""]
+    out += [line(table.header)]
+    out += [line(table.subheader)] if table.subheader else []
+    out += ["  ".join("-" * w for w in widths)]
     out += [line(r) for r in table.rows]
-    if table.notes:
+    if table.legend or table.notes:
         out.append("")
-        out += table.notes
+        out += table.legend + table.notes
     return "\n".join(out) + "\n"

@@ -23,6 +23,8 @@ from miaudit.errors import MiauditError
 from miaudit.io import atomic_open, write_json, write_text
 from miaudit.report.html import render_html, to_jsonable
 from miaudit.report.plots import figure_png, histograms_png, roc_png
+from miaudit.report.table import cache_note
+from miaudit.report.verdict import short_verdict
 from miaudit.results import AuditResult
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -46,6 +48,11 @@ def _check(result: AuditResult) -> None:
     if np.asarray(result.members).shape != (n,):
         raise MiauditError(
             f"AuditResult.members has shape {np.asarray(result.members).shape}, expected ({n},)"
+        )
+    if result.rows is not None and np.asarray(result.rows).shape != (n,):
+        raise MiauditError(
+            f"AuditResult.rows has shape {np.asarray(result.rows).shape}, expected ({n},): "
+            "one dataset row per audit sample"
         )
     names = [o.name for o in result.outcomes]
     dupes = sorted({x for x in names if names.count(x) > 1})
@@ -71,20 +78,38 @@ def metrics_document(result: AuditResult) -> dict[str, Any]:
 
 
 def scores_csv(result: AuditResult) -> str:
-    """CSV text ``index,member,<attack>...``; scores written with repr (exact round trip)."""
+    """CSV text ``index,row,member,<attack>...`` (``row``: the dataset row, only when the
+    result knows it; ``index``: the bank position); scores written with repr (exact round
+    trip)."""
+    known = result.rows is not None
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow(
-        ["index", "member", *(o.name for o in result.outcomes)]
+        ["index", *(["row"] if known else []), "member", *(o.name for o in result.outcomes)]
     )
-    cols = [
-        [str(int(i)) for i in np.asarray(result.indices).tolist()],
-        ["1" if m else "0" for m in np.asarray(result.members, dtype=bool).tolist()],
-    ]
+    cols = [[str(int(i)) for i in np.asarray(result.indices).tolist()]]
+    if known:
+        cols.append([str(int(i)) for i in np.asarray(result.rows).tolist()])
+    cols.append(["1" if m else "0" for m in np.asarray(result.members, dtype=bool).tolist()])
     cols += [
         [repr(x) for x in np.asarray(o.scores, dtype=np.float64).tolist()] for o in result.outcomes
     ]
     buf.writelines(",".join(row) + "\n" for row in zip(*cols, strict=True))
     return buf.getvalue()
+
+
+def summary_document(result: AuditResult) -> dict[str, Any]:
+    """summary.json (less its file list): the verdict first, then the run's meta; when models
+    came from the cache, ``train_note`` says that ``train_wall_seconds`` is this run's loading
+    time and the table's training seconds are the original training's."""
+    meta = dict(result.meta or {})
+    line = short_verdict(result)
+    full = meta.pop("verdict", None)  # `miaudit audit`'s release statement: keep it whole
+    verdict = {**full, "line": line["line"]} if isinstance(full, dict) else line
+    summary: dict[str, Any] = {"verdict": verdict, **meta}
+    note = cache_note(meta)
+    if note:
+        summary["train_note"] = note
+    return summary
 
 
 def _figure_bytes(name: str, fig: Figure | bytes) -> bytes:
@@ -136,7 +161,7 @@ def write_report(
         "report": out_dir / "report.html",
         "summary": out_dir / "summary.json",
     }
-    summary = _strict(dict(result.meta or {}))
+    summary = _strict(summary_document(result))
     summary["files"] = [*run_files, *(p.name for p in paths.values())]
 
     write_json(paths["metrics"], metrics)

@@ -1,0 +1,96 @@
+"""The one-line verdict at the top of every report (HTML, terminal, summary.json).
+
+It says how worried to be, in plain words, from :func:`miaudit.report.strength.assess`: the
+same attack, FPR and level as the table's ★ and as `miaudit audit`'s release statement, which
+is the long form of this line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from miaudit.report.strength import MIN_EXPECTED_FP, assess
+from miaudit.report.table import fmt_pct
+from miaudit.results import AuditResult
+
+_LABELS = {
+    "far": "Exposed, far above chance",
+    "well": "Exposed, well above chance",
+    "slightly": "Exposed, slightly but measurably above chance",
+    "average-case": "Warning sign, an average-case leak only",
+    "not measured": "No measurable leak",
+    "none": "Nothing measured",
+}
+
+
+def pct(value: float) -> str:
+    return fmt_pct(value) + "%"
+
+
+def rate(fpr: float) -> str:
+    """An FPR as the config states it: 0.001 -> '0.1%'."""
+    return f"{100 * fpr:g}%"
+
+
+def confidence_of(result: AuditResult) -> float | None:
+    """The CIs' confidence level as the run configured it (None when the run does not say)."""
+    cfg = (result.meta or {}).get("config")
+    metrics = cfg.get("metrics") if isinstance(cfg, dict) else None
+    value = metrics.get("confidence") if isinstance(metrics, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _ci(ci: list[float] | None, confidence: float | None, fmt=pct) -> str:
+    if not ci:
+        return "no CI"
+    level = f"{round(100 * confidence)}% CI" if confidence else "CI"
+    return f"{level} {fmt(ci[0])} to {fmt(ci[1])}"
+
+
+def short_verdict(result: AuditResult) -> dict[str, Any]:
+    """``{"level", "label", "line", ...}``: the verdict line and the figures it quotes."""
+    found = assess(result)
+    level = found["level"]
+    if level == "none":
+        line = f"Verdict: {_LABELS[level]}. No attack reported a TPR at a low FPR."
+        return {"level": level, "label": _LABELS[level], "line": line}
+    main, best = found["main"], found["attack"]
+    conf = confidence_of(result)
+    fpr, tpr = main["fpr"], main["tpr"]
+    n0 = main["n_nonmembers"] or 0
+    support = (f"rests on {main['expected_false_positives']:g} expected false positives among "
+               f"{n0:,} non-members")
+    label = _LABELS[found["degree"] if level == "exposed" else level]
+    if level == "exposed":
+        detail = (f"The strongest attack, {best}, picks out {pct(tpr)} of members at "
+                  f"{rate(fpr)} FPR ({_ci(main['tpr_ci'], conf)}), "
+                  f"{main['times_chance']:.1f}× chance.")
+    else:
+        detail = (f"The strongest attack at {rate(fpr)} FPR, {best}, picks out {pct(tpr)} of "
+                  f"members ({_ci(main['tpr_ci'], conf)}) where guessing gets {rate(fpr)}.")
+    if main["indicative"]:  # say so up front: the figure rests on a handful of samples
+        detail += (f" Indicative only: this {support}, fewer than {MIN_EXPECTED_FP}; audit with "
+                   "more non-members to confirm.")
+    else:
+        detail += f" This {support}."
+    if level == "average-case":
+        top = result.outcome(found["auc_attack"])
+        auc_ci = top.metrics["auc_ci"]
+        detail += (f" But {top.name} ranks members above non-members on average: AUC "
+                   f"{top.metrics['auc']:.3f} ({_ci(auc_ci, conf, lambda v: f'{v:.3f}')}; "
+                   "0.5 is guessing).")
+    line = f"Verdict: {label}. {detail}"
+    statement = (result.meta or {}).get("verdict")
+    mismatch = statement.get("input_mismatch") if isinstance(statement, dict) else None
+    if mismatch and level != "exposed":  # `miaudit audit` found the inputs mismatched
+        line += (" But the model's inputs look mismatched with its training data, so this is "
+                 "no evidence that nothing leaks.")
+    return {"level": level, "label": label, "line": line, "attack": best, "fpr": fpr,
+            "tpr": tpr, "tpr_ci": main["tpr_ci"], "times_chance": main["times_chance"],
+            "expected_false_positives": main["expected_false_positives"],
+            "n_nonmembers": n0, "indicative": main["indicative"],
+            "auc_attack": found.get("auc_attack")}
+
+
+def verdict_line(result: AuditResult) -> str:
+    return short_verdict(result)["line"]
