@@ -86,3 +86,17 @@ def test_example_configs_load_and_their_recipes_resolve():
             Recipe.from_dict(target)  # every named recipe is a valid Recipe
     cfg = load_config(Path(__file__).parents[1] / "examples" / "fashion-mnist-recipes.yaml")
     assert set(cfg.recipes) >= {"none", "crop", "mirror", "cutout", "autoaugment", "all"}
+
+
+def test_split_members_and_target_are_checked_up_front():
+    cfg = config_from_dict({"split": {"audit": 1250, "public": 397, "members": 250}})
+    assert cfg.split.members == 250 and config_from_dict({}).split.members is None
+    for bad in (-1, 0, 1.5, "half", True):
+        with pytest.raises(ConfigError, match="split.members must be a count"):
+            config_from_dict({"split": {"members": bad}})
+    with pytest.raises(ConfigError, match="smaller than split.audit"):
+        config_from_dict({"split": {"audit": 100, "members": 100}})
+    with pytest.raises(ConfigError, match="offline design"):
+        config_from_dict({"design": "online", "split": {"members": 0.2}})
+    with pytest.raises(ConfigError, match=r"target is 3, but the run has 2 models"):
+        config_from_dict({"models": 2, "target": 3})

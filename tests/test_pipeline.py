@@ -197,3 +197,74 @@ def test_default_queries_follow_the_attacks_papers():
     assert default_queries("image", ["rapid-hybrid"]) == rapid
     with pytest.raises(AttackError, match="unknown attack"):
         default_queries("image", ["rapdi"])
+
+
+def _snapshot(root):
+    """Every file and folder under `root`: {relative path: bytes (None for a folder)}."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*"))}
+
+
+def _cli_config(tmp_path, name="good", **overrides):
+    """A tiny run (2 MLPs, 1 epoch) as a YAML file for `miaudit run`, into tmp_path/runs."""
+    data = {
+        "name": "tiny", "seed": 0, "dataset": {"name": "digits"},
+        "split": {"audit": 200, "public": 200, "population": 100}, "models": 2,
+        "recipe": {"architecture": "mlp", "epochs": 1, "batch_size": 64},
+        "signals": {"queries": ["plain"]}, "attacks": ["loss", "calibrated-loss"],
+        "metrics": {"bootstrap": 20}, "output": str(tmp_path / "runs" / "tiny"),
+        "cache_dir": str(tmp_path / "cache"),
+    }
+    data.update(overrides)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"recipe": {"architecture": "mlp", "epochz": 1}}, "epochz"),
+    ({"dataset": {"name": "digitz"}}, "digitz"),
+    ({"target": 2}, "target is 2"),
+    ({"split": {"audit": 200, "public": 200, "population": 100, "members": 200}},
+     "split.members"),
+])
+def test_a_failing_run_leaves_the_previous_run_byte_identical(tmp_path, capsys, bad, message):
+    from miaudit.cli import main
+
+    assert main(["run", str(_cli_config(tmp_path)), "--quiet"]) == 0
+    before = _snapshot(tmp_path / "runs")
+    assert main(["run", str(_cli_config(tmp_path, "bad", **bad)), "--quiet"]) == 2
+    assert message in capsys.readouterr().err
+    assert _snapshot(tmp_path / "runs") == before  # same files, same bytes, no stray folder
+
+
+def test_an_interrupted_run_keeps_the_previous_one_and_a_rerun_replaces_it(
+    tmp_path, monkeypatch, capsys
+):
+    import miaudit.pipeline as pipeline
+    from miaudit.cli import main
+
+    assert main(["run", str(_cli_config(tmp_path)), "--quiet"]) == 0
+    out = tmp_path / "runs" / "tiny"
+    assert (out / "calibration.png").exists()
+    before = _snapshot(tmp_path / "runs")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    # after training and the bank: the staging folder holds config.yaml and bank.npz by now
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline, "evaluate_bank", interrupted)
+        assert main(["run", str(_cli_config(tmp_path, seed=1)), "--quiet"]) == 130
+    assert _snapshot(tmp_path / "runs") == before
+    # a successful rerun replaces the run whole: no calibration figure (no calibrated-loss)
+    # is left over from the previous run, and references on fewer rows are reported
+    again = _cli_config(tmp_path, "again", attacks=["loss"],
+                        split={"audit": 200, "public": 100, "population": 100})
+    assert main(["run", str(again), "--quiet"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["files"]) == {p.name for p in out.iterdir()}
+    assert not (out / "calibration.png").exists()
+    assert yaml.safe_load((out / "config.yaml").read_text())["attacks"] == ["loss"]
+    assert any("reference models train on 50 rows" in w for w in summary["warnings"])
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny"]

@@ -58,3 +58,52 @@ def test_design_errors():
         make_design(split, 3, "sideways", seed=0)
     with pytest.raises(ConfigError, match="target"):
         make_design(split, 2, "online", seed=0, target=5)
+
+
+def test_offline_design_without_members_is_todays_draw():
+    """split.members unset: the same rows as before it existed (model cache keys use them)."""
+    split = make_split(600, audit=200, public=200, population=100, seed=0)
+    design = make_design(split, 4, "offline", seed=7, target=1)
+    rng = np.random.default_rng([7, 2])  # the draw as it was: random halves, target first
+    expected = np.zeros_like(design.membership)
+    expected[1, rng.permutation(200)[:100]] = True
+    for m in (0, 2, 3):
+        expected[m, 200 + rng.permutation(200)[:100]] = True
+    np.testing.assert_array_equal(design.membership, expected)
+    assert design.notes == ()
+
+
+def test_split_members_sets_the_targets_rows_and_references_match_it():
+    split = make_split(1797, audit=1250, public=397, population=150, seed=0)
+    design = make_design(split, 5, "offline", seed=0, members=250)
+    audit, public = design.audit_mask(), ~design.audit_mask() & ~design.population_mask()
+    assert design.membership[0, audit].sum() == 250  # 1,000 non-members
+    assert not design.membership[0, ~audit].any()
+    assert not design.membership[1:, audit].any()
+    assert not design.membership[:, design.population_mask()].any()
+    assert (design.membership[1:, public].sum(axis=1) == 250).all()
+    assert len({tuple(np.flatnonzero(m)) for m in design.membership[1:]}) == 4  # own draws
+    fraction = make_design(split, 5, "offline", seed=0, members=0.2)
+    np.testing.assert_array_equal(fraction.membership, design.membership)
+
+
+def test_split_members_errors_say_what_to_change():
+    split = make_split(1000, audit=400, public=100, population=0, seed=0)
+    with pytest.raises(ConfigError, match="more than 150 rows"):
+        make_design(split, 3, "offline", seed=0, members=150)
+    with pytest.raises(ConfigError, match="fewer than all"):
+        make_design(split, 1, "offline", seed=0, members=400)
+    with pytest.raises(ConfigError, match="offline"):
+        make_design(split, 2, "online", seed=0, members=50)
+    with pytest.raises(ConfigError, match="count or a fraction"):
+        make_design(split, 2, "offline", seed=0, members=True)
+    # the target alone needs no public pool
+    assert make_design(split, 1, "offline", seed=0, members=150).membership.sum() == 150
+
+
+def test_references_on_less_data_than_the_target_are_a_warning(caplog):
+    split = make_split(600, audit=300, public=100, population=0, seed=0)
+    with caplog.at_level("WARNING", logger="miaudit.protocol"):
+        design = make_design(split, 3, "offline", seed=0)
+    assert len(design.notes) == 1 and "50 rows" in design.notes[0] and "150" in design.notes[0]
+    assert design.notes[0] in caplog.text

@@ -43,6 +43,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_attack(args: argparse.Namespace) -> int:
     from miaudit.attacks import list_attacks
+    from miaudit.io import StagedRunDir
     from miaudit.pipeline import evaluate_bank
     from miaudit.report import format_table, write_report
     from miaudit.signals import SignalBank
@@ -60,9 +61,14 @@ def cmd_attack(args: argparse.Namespace) -> int:
                            skip_unsupported=not args.attacks)
     result.meta.update({"bank": str(args.bank), "n_models": bank.n_models,
                         "queries": bank.n_queries, "audit_samples": int(bank.audit.sum())})
-    write_report(result, Path(args.out))
+    # staged: a report replaces the previous one in --out whole (its stale files removed, the
+    # bank being scored kept), and a failure leaves the previous one as it was
+    with StagedRunDir(args.out, keep=(args.bank,)) as stage:
+        write_report(result, stage)
     print(format_table(result))
-    print(f"\nwrote {Path(args.out) / 'scores.csv'} and {Path(args.out) / 'metrics.json'}")
+    # a bare bank records no dataset rows: its reports name bank positions (scores.csv `index`)
+    print(f"\nwrote {Path(args.out) / 'scores.csv'} (index = bank position), "
+          f"{Path(args.out) / 'metrics.json'} and {Path(args.out) / 'report.html'}")
     return 0
 
 
@@ -82,6 +88,17 @@ def cmd_data_list(args: argparse.Namespace) -> int:
     for info in list_datasets(args.data_dir):
         state = "present" if info.present else "absent: miaudit data fetch " + info.name
         print(f"{info.name:16s} {info.kind:8s} {state}\n    {info.description}")
+        # what the loader does to the values: a model trained on other values audits wrongly
+        for mode, words in info.preprocessing.items():
+            default = " (default)" if mode == info.options.get("preprocessing") else ""
+            print(f"    preprocessing {mode}{default}: {words}")
+        for mode, why in info.refused.items():
+            print(f"    preprocessing {mode}: not offered ({why})")
+        accepted = ", ".join(f"{k}={v!r}" for k, v in info.options.items())
+        print(f"    options: {accepted}")
+    print("\nYour own .npz/.csv/.parquet files are fed as given (integer image pixels / 255 "
+          "unless preprocessing: raw). Choose with --preprocessing standard|raw or "
+          "data: {options: {preprocessing: raw}}.")
     return 0
 
 
@@ -147,14 +164,26 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    from miaudit.progress import progress_switch
+    from miaudit.train.ledger import training_ledger
+
+    ledger = training_ledger()
+    ledger.reset()  # count only this command's models (main may run twice in one process)
+    # --quiet turns bars off process-wide: the statistics pass, scorers and bootstrap have no
+    # progress argument of their own.
     try:
-        return args.fn(args)
+        with progress_switch(not getattr(args, "quiet", False)):
+            return args.fn(args)
     except MiauditError as exc:
         print(f"miaudit: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("miaudit: interrupted; completed models stay cached, rerun to resume.",
-              file=sys.stderr)
+        if args.command == "study":  # cells (and their models) finish in worker processes
+            message = ("interrupted: finished cells are saved and every model that finished "
+                       "training is cached; rerun the same command to resume")
+        else:
+            message = ledger.interrupted_message()
+        print(f"miaudit: {message}.", file=sys.stderr)
         return 130
 
 

@@ -32,6 +32,10 @@ class SplitConfig:
     audit: float | int = 0.4  # count, or fraction of the dataset
     public: float | int = 0.4
     population: float | int = 0.2
+    # offline design: audit rows the target trains on (count, or fraction of the audit pool);
+    # None: a random half. Fewer members than non-members puts low-FPR figures on more
+    # non-members; each reference then trains on as many public rows.
+    members: float | int | None = None
 
 
 @dataclass
@@ -146,8 +150,12 @@ def _check_types(cfg: RunConfig) -> None:
     need(isinstance(cfg.seed, int), f"seed must be an integer; got {cfg.seed!r}.")
     need(isinstance(cfg.models, int) and cfg.models >= 1, "models must be an integer >= 1.")
     need(isinstance(cfg.target, int), "target must be an integer model index.")
+    need(not isinstance(cfg.models, int) or 0 <= cfg.target < cfg.models,
+         f"target is {cfg.target!r}, but the run has {cfg.models} models (0..{cfg.models - 1}); "
+         "target is the index of the model attacked: set it in that range or raise models.")
     need(cfg.design in ("online", "offline"),
          f"design must be online or offline; got {cfg.design!r}.")
+    _check_split_members(cfg)
     need(isinstance(cfg.attacks, list) and all(isinstance(a, str) for a in cfg.attacks),
          "attacks must be a list of attack names (see `miaudit attacks`).")
     _check_recipes(cfg)
@@ -167,6 +175,29 @@ def _check_types(cfg: RunConfig) -> None:
          "forgetting.epochs must be an integer >= 1.")
     for name in cfg.attack_params:
         need(name in cfg.attacks, f"attack_params names '{name}', which is not in attacks.")
+
+
+def _check_split_members(cfg: RunConfig) -> None:
+    """``split.members``: None, a count >= 1 or a fraction in (0, 1), offline design only
+    (its size against the audit pool is checked with the dataset, in protocol.make_design)."""
+    if cfg.split is None:  # `split:` left empty in the YAML
+        cfg.split = SplitConfig()
+    members = cfg.split.members
+    if members is None:
+        return
+    count = isinstance(members, int) and not isinstance(members, bool) and members >= 1
+    fraction = isinstance(members, float) and 0 < members < 1
+    if not (count or fraction):
+        raise ConfigError(f"split.members must be a count (integer >= 1) or a fraction in "
+                          f"(0, 1) of the audit pool; got {members!r}.")
+    if cfg.design != "offline":
+        raise ConfigError("split.members applies to the offline design (the target's training "
+                          "rows); remove it or set design: offline.")
+    audit = cfg.split.audit
+    if count and isinstance(audit, int) and members >= audit:
+        raise ConfigError(f"split.members ({members}) must be smaller than split.audit "
+                          f"({audit}): the audit rows the target does not train on are the "
+                          "non-members.")
 
 
 def _suggest(word: str, choices: list[str]) -> str:

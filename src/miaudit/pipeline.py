@@ -21,8 +21,9 @@ from miaudit.attacks import TargetView, get_attack, run_attack
 from miaudit.config import MetricsConfig, RunConfig, dump_config
 from miaudit.data import Dataset, load_dataset
 from miaudit.errors import AttackError, ConfigError
-from miaudit.io import write_text
+from miaudit.io import StagedRunDir, write_text
 from miaudit.pipeline_models import forgetting_models, resolve_recipes, train_design
+from miaudit.progress import progress_bar
 from miaudit.protocol import Design, make_design, make_split
 from miaudit.report import format_table, write_report
 from miaudit.report.plots import calibration_figure
@@ -79,7 +80,7 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     split = make_split(
         len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed
     )
-    design = make_design(split, cfg.models, cfg.design, cfg.seed, cfg.target)
+    design = make_design(split, cfg.models, cfg.design, cfg.seed, cfg.target, cfg.split.members)
     cache = ModelCache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
     start = time.perf_counter()
     models = train_design(cfg, dataset, design, cache, device, progress)
@@ -200,11 +201,13 @@ def evaluate_bank(
     train_seconds: list[float] | None = None,
     thresholds: bool = True,
     skip_unsupported: bool = False,
+    progress: bool = True,
 ) -> AuditResult:
     """Score every attack for `target` and evaluate it on the bank's audit samples.
 
     With `skip_unsupported`, attacks the bank cannot support (no references, no channel, ...)
     are listed in `meta["skipped"]` with the reason instead of failing the whole run.
+    `progress`: a bar over the attacks, naming the one running (see :mod:`miaudit.progress`).
     """
     metric_cfg = metric_cfg or MetricsConfig()
     attack_params = attack_params or {}
@@ -220,7 +223,12 @@ def evaluate_bank(
         )
     outcomes = []
     skipped: dict[str, str] = {}
-    for name in attacks:
+    # No rate or time left: it would be redrawn only between attacks, so stale while a
+    # scorer (whose own bar shows its epochs) trains.
+    names = progress_bar(len(attacks), "attacks", "attack", enabled=progress, iterable=attacks,
+                         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}")  # fmt: skip
+    for name in names:
+        names.set_postfix_str(name)  # which one is running: scorers take far longer than others
         spec = get_attack(name)
         params = attack_params.get(name, {})
         if skip_unsupported:
@@ -281,11 +289,33 @@ def _forgetting_outcomes(cfg: RunConfig, built: BuiltBank) -> list[AttackOutcome
 
 
 def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[AuditResult, Path]:
-    """The whole audit; writes config.yaml, bank.npz and the report into the run directory."""
+    """The whole audit; writes config.yaml, bank.npz and the report into the run directory.
+
+    The config is checked before any work; everything is written into a staging folder that
+    replaces the previous run's files only when this run succeeds (io.StagedRunDir), so a
+    failing or interrupted run leaves the previous one intact."""
     for name in cfg.attacks:
         get_attack(name)
+    resolve_recipes(cfg)  # a bad recipe field fails before the dataset loads
     out = run_dir_for(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    with StagedRunDir(out) as stage:
+        result, checkpoints = _run_into(cfg, stage, progress)
+    if echo:
+        from miaudit.pipeline_checkpoints import markdown_table
+
+        print(format_table(result))
+        if checkpoints:
+            print("\ncheckpoints (target and references at the same position):\n"
+                  + markdown_table(checkpoints, cfg.metrics.fprs))
+        print(f"\nreport: {out / 'report.html'}")
+    return result, out
+
+
+def _run_into(
+    cfg: RunConfig, out: Path, progress: bool
+) -> tuple[AuditResult, list[dict[str, Any]] | None]:
+    """The work of `run`, written into `out` (the staging folder); the result and the
+    checkpoint rows (None without checkpoints)."""
     write_text(out / "config.yaml", dump_config(cfg))
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
@@ -293,7 +323,7 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
     built.bank.save(out / "bank.npz")
     result = evaluate_bank(
         built.bank, built.design.target, cfg.attacks, cfg.attack_params, cfg.metrics, cfg.seed,
-        train_seconds=[tm.train_seconds for tm in built.models],
+        train_seconds=[tm.train_seconds for tm in built.models], progress=progress,
     )
     result.outcomes += _forgetting_outcomes(cfg, built)
     result.meta.update({
@@ -311,6 +341,9 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
         "models_trained": built.trained,
         "models_from_cache": built.reused,
         "train_wall_seconds": round(built.info["train_wall_seconds"], 1),
+        # what training them took originally (cached models keep their recorded seconds)
+        "train_seconds_original": round(
+            sum(tm.train_seconds for tm in [*built.models, *built.forgetting]), 1),
         "target_privacy": getattr(built.models[built.design.target], "privacy", None),
         "device": built.info["device"],
         "seconds": round(time.perf_counter() - start, 1),
@@ -318,20 +351,17 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
     })
     checkpoints = None
     if built.models[built.design.target].checkpoints:
-        from miaudit.pipeline_checkpoints import audit_checkpoints, markdown_table
+        from miaudit.pipeline_checkpoints import audit_checkpoints
 
         checkpoints = audit_checkpoints(cfg, built, result, out, progress)
         result.meta["checkpoints"] = checkpoints
+    if built.design.notes:  # e.g. references trained on fewer rows than the target
+        result.meta["warnings"] = [*(result.meta.get("warnings") or []), *built.design.notes]
+    result.rows = built.design.split.rows[result.indices]  # the report names dataset rows
     figure = calibration_figure(result)
     written = ["config.yaml", "bank.npz"]
     if checkpoints:
         written += ["checkpoints.json", "checkpoints.md", "checkpoints"]
     write_report(result, out, extra_figures={"calibration": figure} if figure else None,
                  run_files=written)
-    if echo:
-        print(format_table(result))
-        if checkpoints:
-            print("\ncheckpoints (target and references at the same position):\n"
-                  + markdown_table(checkpoints, cfg.metrics.fprs))
-        print(f"\nreport: {out / 'report.html'}")
-    return result, out
+    return result, checkpoints

@@ -13,11 +13,14 @@ Two membership designs:
   the M models, so any model can serve as target with the others as IN/OUT references;
 - ``offline``: the target trains on a random half of the audit pool; each reference trains on
   its own random half of the public pool ("random sampling"), so every reference is OUT for
-  every audit sample.
+  every audit sample. With ``members`` (``split.members``), the target trains on that many
+  audit rows instead (more non-members than members) and each reference on as many random
+  public rows, so references train on as much data as the target.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +28,7 @@ import numpy as np
 from miaudit.errors import ConfigError
 
 DESIGNS = ("online", "offline")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Design:
     membership: np.ndarray  # bool [M, len(split.rows)]
     kind: str
     target: int
+    notes: tuple[str, ...] = ()  # warnings for the run's report (e.g. small references)
 
     @property
     def n_models(self) -> int:
@@ -122,16 +127,51 @@ def random_halves(n_models: int, n_samples: int, rng: np.random.Generator) -> np
     return membership
 
 
-def make_design(split: Split, n_models: int, kind: str, seed: int, target: int = 0) -> Design:
-    """Membership of `n_models` models (target included) over the split's rows."""
+def resolve_members(members: float | int, n_audit: int) -> int:
+    """``split.members`` as a row count: a count, or a fraction of the audit pool; it must
+    leave both members and non-members in the audit pool."""
+    if isinstance(members, bool):  # a bool is an int to Python, not a count to a reader
+        raise ConfigError(f"split.members must be a count or a fraction in (0, 1); got {members}.")
+    n = _resolve_size(members, n_audit, "members")
+    if not 1 <= n < n_audit:
+        raise ConfigError(
+            f"split.members is {members!r}: {n} of the {n_audit} audit rows; the target must "
+            "train on at least 1 and fewer than all of them (non-members are the rest)."
+        )
+    return n
+
+
+def _random_subsets(n_models: int, n_samples: int, size: int, rng: np.random.Generator
+                    ) -> np.ndarray:  # fmt: skip
+    """bool [M, N]: each model IN on its own random `size` of the samples."""
+    membership = np.zeros((n_models, n_samples), dtype=bool)
+    for m in range(n_models):
+        membership[m, rng.permutation(n_samples)[:size]] = True
+    return membership
+
+
+def make_design(
+    split: Split, n_models: int, kind: str, seed: int, target: int = 0,
+    members: float | int | None = None,
+) -> Design:  # fmt: skip
+    """Membership of `n_models` models (target included) over the split's rows.
+
+    `members` (offline only): how many audit rows the target trains on (a count or a fraction
+    of the audit pool; None: a random half); each reference then trains on as many random
+    public rows."""
     if kind not in DESIGNS:
         raise ConfigError(f"design must be one of {DESIGNS}; got '{kind}'.")
     if n_models < 1:
         raise ConfigError("models must be at least 1 (the target).")
     if not 0 <= target < n_models:
         raise ConfigError(f"target must be in 0..{n_models - 1}; got {target}.")
+    if members is not None and kind != "offline":
+        raise ConfigError("split.members sets the target's training rows of the offline design; "
+                          "the online design trains every model on half of every sample: "
+                          "remove split.members or use design: offline.")
     rng = np.random.default_rng([seed, 2])
     n_audit, n_public = split.audit.size, split.public.size
+    notes: list[str] = []
     n_rows = split.rows.size
     membership = np.zeros((n_models, n_rows), dtype=bool)
     if kind == "online":
@@ -146,10 +186,37 @@ def make_design(split: Split, n_models: int, kind: str, seed: int, target: int =
                 "the offline design trains reference models on the public pool; "
                 "give split.public at least 2 samples (e.g. as many as split.audit)."
             )
-        membership[target, :n_audit] = random_halves(1, n_audit, rng)[0]
         others = [m for m in range(n_models) if m != target]
-        if others:
-            membership[others, n_audit : n_audit + n_public] = random_halves(
-                len(others), n_public, rng
-            )
-    return Design(split=split, membership=membership, kind=kind, target=target)
+        if members is None:  # today's draw, kept bit-identical (model cache keys depend on it)
+            membership[target, :n_audit] = random_halves(1, n_audit, rng)[0]
+            if others:
+                membership[others, n_audit : n_audit + n_public] = random_halves(
+                    len(others), n_public, rng
+                )
+            if others and n_public // 2 < n_audit // 2:
+                notes.append(_small_references(n_public // 2, n_audit // 2))
+        else:
+            size = resolve_members(members, n_audit)
+            if others and n_public <= size:
+                raise ConfigError(
+                    f"split.members: the target trains on {size} rows, so each reference model "
+                    f"needs {size} rows of the public pool and some left out, but split.public "
+                    f"has {n_public}. Give split.public more than {size} rows, or lower "
+                    "split.members."
+                )
+            membership[target, :n_audit] = _random_subsets(1, n_audit, size, rng)[0]
+            if others:
+                membership[others, n_audit : n_audit + n_public] = _random_subsets(
+                    len(others), n_public, size, rng
+                )
+    for note in notes:
+        log.warning(note)
+    return Design(split=split, membership=membership, kind=kind, target=target,
+                  notes=tuple(notes))
+
+
+def _small_references(ref_rows: int, target_rows: int) -> str:
+    return (f"reference models train on {ref_rows} rows (half of split.public), the target on "
+            f"{target_rows} (half of split.audit): references trained on less data than the "
+            "target overfit differently and calibrate reference attacks less well. Give "
+            "split.public at least as many rows as split.audit (or set split.members).")

@@ -124,3 +124,70 @@ def test_audit_a_prediction_function(user, tmp_path, capsys):
     assert "no public data" in skipped["rmia"]
     # a fixed random map knows nothing of the training rows: nothing measurable is claimed
     assert summary["verdict"]["level"] == "not measured"
+
+
+def test_config_paths_are_relative_to_the_config_file_and_saved_absolute(
+    user, tmp_path, monkeypatch
+):
+    project = tmp_path / "project"
+    (project / "rows").mkdir(parents=True)
+    (project / "nets.py").write_text(user["nets"].read_text())
+    for name in ("members", "nonmembers"):
+        (project / "rows" / f"{name}.txt").write_text(user[name].read_text())
+    (project / "audit.yaml").write_text(yaml.safe_dump({
+        "model": {"predict": "nets.py:predict_proba"},
+        "data": {"dataset": "digits", "members": "rows/members.txt",
+                 "nonmembers": "./rows/nonmembers.txt"},
+        "attacks": ["loss"], "metrics": {"bootstrap": 20}, "output": "out",
+    }))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["audit", "--config", "../project/audit.yaml", "--quiet"]) == 0
+    out = project / "out"  # the config's own `output: out`, beside it
+    saved = yaml.safe_load((out / "audit.yaml").read_text())
+    assert saved["model"]["predict"] == f"{project / 'nets.py'}:predict_proba"
+    assert saved["data"]["members"] == str(project / "rows" / "members.txt")
+    assert saved["data"]["nonmembers"] == str(project / "rows" / "nonmembers.txt")
+    assert saved["data"]["dataset"] == "digits"  # a registry name stays a name
+    assert saved["output"] == str(out)
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    # the saved config reruns from a third folder; a flag's relative path is the cwd's
+    (tmp_path / "third").mkdir()
+    monkeypatch.chdir(tmp_path / "third")
+    assert main(["audit", "--config", str(out / "audit.yaml"), "--out", "again",
+                 "--quiet"]) == 0
+    first = json.loads((out / "metrics.json").read_text())
+    again = json.loads((tmp_path / "third" / "again" / "metrics.json").read_text())
+    assert again["loss"]["auc"] == first["loss"]["auc"]
+    saved = yaml.safe_load((tmp_path / "third" / "again" / "audit.yaml").read_text())
+    assert saved["output"] == str(tmp_path / "third" / "again")
+
+
+def test_absolute_paths_leave_names_alone(tmp_path):
+    from miaudit.audit.config import absolute_paths
+
+    (tmp_path / "audit.npz").write_bytes(b"")
+    data = {"model": {"module": "pkg.nets:Net", "weights": "w.safetensors"},
+            "data": {"dataset": "audit.npz", "options": {"label_column": "y"}},
+            "public": {"dataset": "fashion-mnist", "rows": "~/rows.txt"},
+            "cache_dir": "/abs/cache", "data_dir": "data", "seed": 3}
+    got = absolute_paths(data, tmp_path)
+    assert got["model"] == {"module": "pkg.nets:Net", "weights": str(tmp_path / "w.safetensors")}
+    assert got["data"] == {"dataset": str(tmp_path / "audit.npz"),
+                           "options": {"label_column": "y"}}
+    assert got["public"]["dataset"] == "fashion-mnist"
+    assert not got["public"]["rows"].startswith("~") and got["public"]["rows"].endswith("rows.txt")
+    assert (got["cache_dir"], got["data_dir"], got["seed"]) == ("/abs/cache",
+                                                                str(tmp_path / "data"), 3)
+    assert data["model"]["weights"] == "w.safetensors"  # the input is not changed
+
+
+def test_flags_add_loader_options_to_the_config_files():
+    from miaudit.audit.config import merge
+
+    base = {"data": {"dataset": "d.csv", "options": {"label_column": "y"}}, "seed": 1}
+    merged = merge(base, {"data": {"options": {"preprocessing": "raw"}}, "seed": 2})
+    assert merged["data"] == {"dataset": "d.csv",
+                              "options": {"label_column": "y", "preprocessing": "raw"}}
+    assert merged["seed"] == 2
+    assert base["data"]["options"] == {"label_column": "y"}  # the file's mapping is not changed

@@ -73,8 +73,13 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
         for section, name in (("data", args.data), ("public", args.public)):
             if name and Path(name).suffix.lower() in _TABLES:
                 cfg[section].setdefault("options", {})["label_column"] = args.label_column
+    if args.preprocessing:  # the audit data's; a public registry dataset is scaled alike
+        cfg["data"].setdefault("options", {})["preprocessing"] = args.preprocessing
+        if args.public and Path(args.public).suffix.lower() not in (".npz", *_TABLES):
+            cfg["public"].setdefault("options", {})["preprocessing"] = args.preprocessing
     put("references", "models", args.references)
     put("references", "recipe", args.recipe and _mapping(args.recipe, "--recipe"))
+    put("references", "allow_fewer_rows", True if args.allow_fewer_reference_rows else None)
     put("signals", "queries", args.queries and _names(args.queries))
     put("signals", "grad_norm", False if args.no_grad_norm else None)
     put("signals", "boundary_distance", True if args.boundary_distance else None)
@@ -89,12 +94,15 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from miaudit.audit.config import audit_config, merge
+    from miaudit.audit.config import absolute_paths, audit_config, merge
     from miaudit.audit.run import run_audit
     from miaudit.config import read_yaml
 
     base = read_yaml(args.config, "audit config") if args.config else {}
-    run_audit(audit_config(merge(base, flags_to_dict(args))), progress=not args.quiet)
+    if args.config:  # the file's relative paths are relative to the file, wherever it is run
+        base = absolute_paths(base, Path(args.config).absolute().parent)
+    flags = absolute_paths(flags_to_dict(args), Path.cwd())
+    run_audit(audit_config(merge(base, flags)), progress=not args.quiet)
     return 0
 
 
@@ -119,6 +127,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--data", help="dataset name (miaudit data list) or .npz/.csv/.parquet file")
     d.add_argument("--data-options", help="loader options, YAML: '{label_column: y}'")
     d.add_argument("--label-column", help="label column of .csv/.parquet files")
+    d.add_argument("--preprocessing", choices=("standard", "raw"),
+                   help="feed the values the model was trained on: standard (default: the "
+                   "library's scaling, see miaudit data list) or raw (as the source ships them)")
     d.add_argument("--members", help="file of the training row indices")
     d.add_argument("--membership-column", help="or: 0/1 column of the data file")
     d.add_argument("--nonmembers", help="file of row indices not trained on (default: the rest)")
@@ -128,6 +139,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r = p.add_argument_group("reference models and signals")
     r.add_argument("--references", type=int, help="how many reference models (0: none)")
     r.add_argument("--recipe", help="reference training recipe, YAML mapping or file")
+    r.add_argument("--allow-fewer-reference-rows", action="store_true",
+                   help="train references on fewer rows than the target when the public "
+                        "data is too small (refused otherwise; the report warns)")
     r.add_argument("--queries", help="comma-separated: plain, mirror, crop-flip-K")
     r.add_argument("--no-grad-norm", action="store_true", help="skip per-sample gradients")
     r.add_argument("--boundary-distance", action="store_true", help="HopSkipJump (slow)")

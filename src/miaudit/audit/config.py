@@ -1,14 +1,17 @@
 """The configuration of `miaudit audit`: a short YAML file and/or command-line flags.
 
-Unknown keys are errors with a suggestion (as in :mod:`miaudit.config`). Paths are read
-relative to the current directory. The resolved configuration is saved into the run
-directory as ``audit.yaml``.
+Unknown keys are errors with a suggestion (as in :mod:`miaudit.config`). Paths in a config
+file are read relative to that file's folder, paths given as flags relative to the current
+directory (:func:`absolute_paths`). The resolved configuration is saved into the run
+directory as ``audit.yaml``, with absolute paths, so ``--config`` reruns it from anywhere.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -63,6 +66,9 @@ class ReferencesSection:
     # torch: recipe fields (miaudit.train.Recipe; the architecture is your module). scikit-learn:
     # unused (the estimator is cloned). Black box: a stand-in with an `architecture`, or none.
     recipe: dict[str, Any] | None = None
+    # Train references on fewer rows than the target when the public pool is too small
+    # (otherwise refused: such references understate the leak).
+    allow_fewer_rows: bool = False
 
 
 @dataclass
@@ -145,6 +151,8 @@ def _check(cfg: AuditConfig) -> None:
          "public.population must be a fraction in [0, 1).")
     need(isinstance(cfg.references.models, int) and cfg.references.models >= 0,
          "references.models must be an integer >= 0.")
+    need(isinstance(cfg.references.allow_fewer_rows, bool),
+         "references.allow_fewer_rows must be true or false.")
     need(cfg.references.recipe is None or isinstance(cfg.references.recipe, dict),
          "references.recipe must be a mapping of recipe fields (epochs, lr, ...).")
     need(isinstance(cfg.seed, int) and cfg.seed >= 0, "seed must be an integer >= 0.")
@@ -167,7 +175,11 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict) and key in _SECTIONS:
-            out[key] = {**out[key], **value}
+            section = {**out[key], **value}
+            # loader options add up: `--preprocessing raw` keeps the file's label_column
+            if isinstance(value.get("options"), dict) and isinstance(out[key].get("options"), dict):
+                section["options"] = {**out[key]["options"], **value["options"]}
+            out[key] = section
         else:
             out[key] = value
     return out
@@ -180,6 +192,57 @@ def audit_config(data: dict[str, Any] | None) -> AuditConfig:
     return cfg
 
 
+# Path fields of the audit config, by section (None: top level). `spec` fields are
+# "file.py:Name" or "package.module:Name"; `data` fields are a file or a registry name.
+_FILES = {"model": ("weights", "estimator", "outputs", "public_outputs"),
+          "data": ("members", "nonmembers"), "public": ("rows",),
+          None: ("data_dir", "cache_dir", "output")}
+_SPECS = {"model": ("module", "predict")}
+_DATA = {"data": ("dataset",), "public": ("dataset",)}
+
+
+def _absolute(value: str, base: Path) -> str:
+    return os.path.abspath(base / Path(value).expanduser())
+
+
+def _absolute_data(value: str, base: Path) -> str:
+    """A dataset file as an absolute path; a registry name (`digits`) stays a name."""
+    from miaudit.data import list_datasets
+    from miaudit.data.registry import FILE_SUFFIXES
+
+    if value in {info.name for info in list_datasets()}:
+        return value
+    path = base / Path(value).expanduser()
+    if path.is_file() or Path(value).suffix.lower() in FILE_SUFFIXES:
+        return os.path.abspath(path)
+    return value  # neither: loading says what is wrong
+
+
+def _absolute_spec(value: str, base: Path) -> str:
+    where, colon, name = value.rpartition(":")
+    if colon and where.endswith(".py"):
+        return f"{_absolute(where, base)}:{name}"
+    return value  # an importable module name: not a path
+
+
+def absolute_paths(data: dict[str, Any], base: str | os.PathLike) -> dict[str, Any]:
+    """A copy of an audit config mapping with every relative path made absolute against
+    `base` (the config file's folder, or the current directory for flags); other values,
+    registry dataset names and module names are left as they are."""
+    base = Path(base)
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for fields, make in ((_FILES, _absolute), (_SPECS, _absolute_spec), (_DATA, _absolute_data)):
+        for section, keys in fields.items():
+            where = out if section is None else out.get(section)
+            if not isinstance(where, dict):
+                continue  # absent, or malformed: audit_config says what is wrong
+            for key in keys:
+                if isinstance(where.get(key), str) and where[key]:
+                    where[key] = make(where[key], base)
+    return out
+
+
 def dump_audit_config(cfg: AuditConfig) -> str:
-    """YAML of the resolved configuration: `miaudit audit --config` reruns it as is."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    """YAML of the resolved configuration, paths absolute (relative ones are taken from the
+    current directory): `miaudit audit --config` reruns it as is, from any folder."""
+    return yaml.safe_dump(absolute_paths(cfg.to_dict(), Path.cwd()), sort_keys=False)

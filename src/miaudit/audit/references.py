@@ -8,14 +8,17 @@
 - black box: a stand-in architecture if the recipe names one (e.g. ``mlp``), else none.
 
 Each reference trains on its own random subset of the public reference pool, as many rows as
-the target's training set (at most half the pool; the offline design of :mod:`miaudit.protocol`),
-so every reference is OUT for every audit sample.
+the target's training set (the offline design of :mod:`miaudit.protocol`), so every reference
+is OUT for every audit sample. A pool no larger than the target's training set is refused
+before anything trains, unless ``references.allow_fewer_rows`` accepts references on half the
+pool (then the report and the verdict say so).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +36,8 @@ from miaudit.io import atomic_path, write_json
 from miaudit.models.user import source_digest
 from miaudit.train import ModelCache, Recipe, indices_digest
 
+log = logging.getLogger(__name__)
+
 RECIPE_HINT = ("{optimizer: adam, lr: 0.001, epochs: 10, batch_size: 64} (the recipe your model "
                "was trained with)")
 
@@ -49,6 +54,7 @@ class References:
     reused: int = 0
     reason: str | None = None  # why there are none
     notes: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)  # for the verdict's reference note
 
 
 def torch_recipe(cfg: AuditConfig, target: Target) -> tuple[Recipe | None, str | None]:
@@ -164,21 +170,50 @@ class SklearnCache:
         return model, seconds
 
 
+def reference_rows(cfg: AuditConfig, data: AuditData) -> tuple[int, list[str]]:
+    """Rows each reference trains on: as many as the target's training set when the public
+    pool has more rows than that; else a ConfigError with the numbers and the fixes, or, with
+    ``references.allow_fewer_rows``, half the pool and a warning (returned as notes)."""
+    n_target = int(data.members.sum())
+    if data.n_pool > n_target:
+        return n_target, []
+    fewer = data.n_pool // 2
+    if not cfg.references.allow_fewer_rows:
+        raise ConfigError(
+            f"reference models must train on as many rows as the target ({n_target}), but the "
+            f"public pool has only {data.n_pool} rows (besides {data.n_population} population "
+            "rows kept out of every reference). Give more public data (public.dataset / "
+            "public.rows; --public / --public-rows), audit fewer members, lower "
+            "public.population (--population), or accept references on "
+            f"{fewer} rows with references.allow_fewer_rows: true "
+            "(--allow-fewer-reference-rows): they understate the leak."
+        )
+    note = (f"WARNING: reference models trained on {fewer} rows each, the target on {n_target} "
+            f"(the public pool has only {data.n_pool} rows; accepted with "
+            "references.allow_fewer_rows): reference-based attacks likely understate the leak.")
+    log.warning(note)
+    return fewer, [note]
+
+
 def reference_models(
     cfg: AuditConfig, target: Target, data: AuditData, cache_root: Path, device: str,
     progress: bool = True,
 ) -> References:
     """Train (or load) `cfg.references.models` reference models on random subsets of the
-    public pool, each as large as the target's training set (at most half the pool)."""
+    public pool, each as large as the target's training set (see `reference_rows`)."""
     n = cfg.references.models
     if n == 0:
         return References(reason="references.models is 0 (threshold attacks only)")
     if data.public is None or data.n_pool < 2:
         return References(reason="no public data was given (public.dataset / public.rows), "
                                  "so no reference model can be trained")
-    # Each reference trains on as many rows as the target did (at most half the pool, so
-    # every pool row is OUT for some references); drawn as protocol.random_halves draws.
-    size = min(int(data.members.sum()), data.n_pool // 2)
+    recipe, reason = (None, None) if target.kind == "sklearn" else torch_recipe(cfg, target)
+    if target.kind != "sklearn" and recipe is None:
+        return References(reason=reason)
+    # Each reference trains on as many rows as the target did (refused before any training
+    # when the pool is too small); drawn as protocol.random_halves draws, so a pool of at
+    # least twice the target's rows gives the same rows (and cache keys) as before.
+    size, caveats = reference_rows(cfg, data)
     rng = np.random.default_rng([cfg.seed, 2])
     membership = np.zeros((n, data.n_pool), dtype=bool)
     for r in range(n):
@@ -186,7 +221,7 @@ def reference_models(
     jobs = [(data.pool_rows[membership[r]], cfg.seed * 10_000 + 1 + r) for r in range(n)]
     public = data.public
     if target.kind == "sklearn":
-        notes = []
+        notes = list(caveats)
         if cfg.references.recipe is not None:
             notes.append("references.recipe is unused for a scikit-learn estimator: references "
                          "are clones of it (same hyper-parameters, own random_state)")
@@ -203,10 +238,8 @@ def reference_models(
         recipe = {"clone_of": type(target.estimator).__name__,
                   "params": _describe(target.estimator)["params"]}
         return References(modules, membership, seconds, recipe, cache.misses, cache.hits,
-                          notes=notes)
-    recipe, reason = torch_recipe(cfg, target)
-    if recipe is None:
-        return References(reason=reason)
+                          notes=notes, caveats=caveats)
+    assert recipe is not None  # no recipe returned above
     if data.kind != "image" and recipe.augment:
         raise ConfigError("references.recipe.augment needs image data.")
     cache = ModelCache(cache_root)
@@ -214,11 +247,11 @@ def reference_models(
         public.fingerprint(), jobs, recipe, device, features=public.features,
         labels=public.labels, num_classes=data.num_classes, progress=progress,
     )
-    notes = []
+    notes = list(caveats)
     if target.kind != "torch":
         notes.append(f"reference models use a stand-in architecture ({recipe.architecture}), "
                      "not the black-box target's own; reference attacks may understate the leak")
     return References(
         [m.module.eval() for m in models], membership, [m.train_seconds for m in models],
-        recipe.to_dict(), cache.stats.misses, cache.stats.hits, notes=notes,
+        recipe.to_dict(), cache.stats.misses, cache.stats.hits, notes=notes, caveats=caveats,
     )

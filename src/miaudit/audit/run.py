@@ -17,7 +17,7 @@ from miaudit.audit.exposure import exposure_csv, rank_exposed, thumbnail_figure
 from miaudit.audit.references import References, reference_models
 from miaudit.audit.sources import Target, load_target
 from miaudit.audit.verdict import make_verdict, verdict_text
-from miaudit.io import write_json, write_text
+from miaudit.io import StagedRunDir, write_json, write_text
 from miaudit.pipeline import default_cache_dir, evaluate_bank, resolve_device
 from miaudit.report import format_table, write_report
 from miaudit.report.exposure import EXPOSURE_FIGURE
@@ -58,6 +58,7 @@ def _meta(cfg: AuditConfig, data: AuditData, target: Target, refs: References,
         "target_kind": target.kind,
         "dataset": data.data.name,
         "dataset_source": data.data.source,
+        "dataset_preprocessing": data.data.preprocessing,
         "public_dataset": None if data.public is None else data.public.name,
         "audit_samples": data.n_audit,
         "members": int(data.members.sum()),
@@ -79,12 +80,35 @@ def _meta(cfg: AuditConfig, data: AuditData, target: Target, refs: References,
 def run_audit(
     cfg: AuditConfig, progress: bool = True, echo: bool = True
 ) -> tuple[AuditResult, Path]:
-    """The whole audit; writes audit.yaml, bank.npz, exposed.csv, verdict.txt and the report."""
+    """The whole audit; writes audit.yaml, bank.npz, exposed.csv, verdict.txt and the report.
+
+    Everything is written into a staging folder that replaces the previous run's files only
+    when this audit succeeds (io.StagedRunDir): bad input or an interruption leaves the
+    previous run intact."""
     names = cfg.attacks if cfg.attacks is not None else [s.name for s in list_attacks()]
     for name in names:
         get_attack(name)  # unknown names fail before any work
     out = run_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
+    with StagedRunDir(out) as stage:
+        result = _audit_into(cfg, names, stage, progress)
+    if echo:
+        verdict = result.meta["verdict"]
+        print(format_table(result))
+        for note in result.meta["warnings"]:
+            print(f"note: {note}")
+        print(verdict_text(verdict))
+        rows = (result.meta.get("exposure") or {}).get("rows") or []
+        if rows:
+            print(f"Most exposed training samples ({verdict['attack']}; all in exposed.csv):")
+            for r in rows[:5]:
+                print(f"  #{r['rank']}  row {r['row']:>6}  label {r['label']}  "
+                      f"score {r['score']:.4g}  flagged at FPR {100 * r['flagged_at_fpr']:.3g}%")
+        print(f"\nreport: {out / 'report.html'}")
+    return result, out
+
+
+def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -> AuditResult:
+    """The work of `run_audit`, written into `out` (the staging folder)."""
     write_text(out / "audit.yaml", dump_audit_config(cfg))
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
@@ -100,13 +124,16 @@ def run_audit(
     result = evaluate_bank(
         built.bank, 0, runnable, {k: v for k, v in cfg.attack_params.items() if k in runnable},
         cfg.metrics, cfg.seed, train_seconds=[0.0, *refs.train_seconds], skip_unsupported=True,
+        progress=progress,
     )
+    result.rows = data.audit_rows  # scores.csv and the report name the user's data rows
     skipped.update(result.meta.get("skipped") or {})
     result.meta["skipped"] = {n: skipped[n] for n in names if n in skipped}
     verdict = make_verdict(result, {
         "outputs": _SEEN_AS[target.kind], "references": len(refs.modules),
-        "reference_note": _reference_note(target, refs), "skipped": len(skipped),
-        "confidence": cfg.metrics.confidence,
+        "reference_note": " ".join([_reference_note(target, refs), *refs.caveats]),
+        "skipped": len(skipped),
+        "confidence": cfg.metrics.confidence, "input_mismatch": built.mismatch,
     })
     figures = {}
     if verdict.get("attack"):
@@ -130,17 +157,5 @@ def run_audit(
     if result.meta.get("exposure"):
         written.append("exposed.csv")
     write_report(result, out, extra_figures=figures or None, run_files=written)
-    if echo:
-        print(format_table(result))
-        for note in result.meta["warnings"]:
-            print(f"note: {note}")
-        print(text)
-        rows = (result.meta.get("exposure") or {}).get("rows") or []
-        if rows:
-            print(f"Most exposed training samples ({verdict['attack']}; all in exposed.csv):")
-            for r in rows[:5]:
-                print(f"  #{r['rank']}  row {r['row']:>6}  label {r['label']}  "
-                      f"score {r['score']:.4g}  flagged at FPR {100 * r['flagged_at_fpr']:.3g}%")
-        print(f"\nreport: {out / 'report.html'}")
-    return result, out
+    return result
 
