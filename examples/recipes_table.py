@@ -1,4 +1,5 @@
-"""Issue 4's tables: how training recipes change leakage (seed 002), one audit per row.
+"""Issue 4's tables: how training recipes change leakage ("Generalization and
+Membership Inference Attack: a Practical Perspective"), one audit per row.
 
     python examples/recipes_table.py augment       # none / crop / mirror / cutout / AA / all
     python examples/recipes_table.py checkpoints   # the `none` recipe at epochs 1..30

@@ -241,7 +241,7 @@ def test_a_failing_run_leaves_the_previous_run_byte_identical(tmp_path, capsys, 
 def test_an_interrupted_run_keeps_the_previous_one_and_a_rerun_replaces_it(
     tmp_path, monkeypatch, capsys
 ):
-    import miaudit.pipeline as pipeline
+    import miaudit.pipeline.runner as runner
     from miaudit.cli import main
 
     assert main(["run", str(_cli_config(tmp_path)), "--quiet"]) == 0
@@ -254,7 +254,7 @@ def test_an_interrupted_run_keeps_the_previous_one_and_a_rerun_replaces_it(
 
     # after training and the bank: the staging folder holds config.yaml and bank.npz by now
     with monkeypatch.context() as patch:
-        patch.setattr(pipeline, "evaluate_bank", interrupted)
+        patch.setattr(runner, "evaluate_bank", interrupted)
         assert main(["run", str(_cli_config(tmp_path, seed=1)), "--quiet"]) == 130
     assert _snapshot(tmp_path / "runs") == before
     # a successful rerun replaces the run whole: no calibration figure (no calibrated-loss)

@@ -59,8 +59,9 @@ class ForgettingConfig:
 
 @dataclass
 class CheckpointsConfig:
-    """Models kept along training (seed 002 §IV-A2): every model of the design is kept after
-    these epochs and/or optimizer steps, and each checkpoint is audited as its own bank."""
+    """Models kept along training ("Generalization and Membership Inference Attack: a
+    Practical Perspective", §IV-A2): every model of the design is kept after these epochs
+    and/or optimizer steps, and each checkpoint is audited as its own bank."""
 
     epochs: list[int] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
@@ -86,7 +87,8 @@ class RunConfig:
     # Named recipes {name: {Recipe fields}} that `recipe` / `reference_recipe` may name.
     recipes: dict[str, dict[str, Any]] = field(default_factory=dict)
     recipe: dict[str, Any] | str = field(default_factory=dict)  # Recipe fields, or a name
-    # The attacker's knowledge (seed 002 §IV-B): "target" (None: the default) = the target's
+    # The attacker's knowledge ("Generalization and Membership Inference Attack: a Practical
+    # Perspective", §IV-B): "target" (None: the default) = the target's
     # recipe; "plain" = the target's without augmentation/regularisation/DP; a name; fields.
     reference_recipe: dict[str, Any] | str | None = None
     checkpoints: CheckpointsConfig = field(default_factory=CheckpointsConfig)

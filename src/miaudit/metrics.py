@@ -158,9 +158,9 @@ def precision_at_recall(scores: Any, members: Any, recall: float) -> float:
 def best_accuracy_threshold(scores: Any, members: Any) -> float:
     """Threshold maximising accuracy of the rule "member iff score >= threshold".
 
-    Callers must choose it on PUBLIC / shadow data (Watson et al.'s half split of the public
-    pool) and then apply it to the target: it must never be chosen on the samples being
-    evaluated, or the reported accuracy is optimistically biased.
+    Callers must choose it on PUBLIC / shadow data (Watson et al., ICLR 2022, §4.1: a half
+    split of the public pool) and then apply it to the target: it must never be chosen on the
+    samples being evaluated, or the reported accuracy is optimistically biased.
 
     Candidates are midpoints between consecutive distinct finite scores (a decision stump, so
     the threshold transfers to unseen scores), the smallest finite score (everyone scorable

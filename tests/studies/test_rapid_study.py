@@ -1,5 +1,5 @@
-"""The rapid study (seed 000): one real cell on digits, cells from the configs, the summary of a
-hand-made table, and the paper's numbers as data."""
+"""The rapid study (He et al., RAPID, CCS 2024): one real cell on digits, cells from the
+configs, the summary of a hand-made table, and the paper's numbers as data."""
 
 from __future__ import annotations
 

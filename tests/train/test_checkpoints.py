@@ -1,4 +1,5 @@
-"""Checkpoints along a run (seed 002 §IV-A2), label smoothing and dropout in every trainer."""
+"""Checkpoints along a run ("Generalization and Membership Inference Attack: a Practical
+Perspective" §IV-A2), label smoothing and dropout in every trainer."""
 
 import numpy as np
 import pytest

@@ -3,8 +3,9 @@ Models", ACM CCS 2022): per-sample thresholds from reference models that did not
 sample.
 
 Attack-R at level alpha flags sample n as a member when the target's loss is at most the
-alpha-quantile of the OUT references' losses on n. As a continuous score (ALGORITHMS.md), with
-the query-averaged cross-entropies of the k OUT references sorted, l_(1) <= ... <= l_(k):
+alpha-quantile of the OUT references' losses on n. As a continuous score (docs/algorithms.md
+§7), with the query-averaged cross-entropies of the k OUT references sorted,
+l_(1) <= ... <= l_(k):
 
 - Q(p) = l_(1 + (k-1) p), linearly interpolated between order statistics (numpy's default
   "linear" quantile), is a piecewise-linear, non-decreasing map from [0, 1] onto

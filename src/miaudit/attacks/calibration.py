@@ -3,7 +3,7 @@ calibration in membership inference attacks").
 
 A threshold score of the target is calibrated by subtracting the same score averaged over the
 reference models that did not train on the sample: `s_t(n) - mean_{r in OUT(n)} s_r(n)`
-(ALGORITHMS.md). A sample with no OUT reference cannot be calibrated and scores NaN.
+(docs/algorithms.md §4). A sample with no OUT reference cannot be calibrated and scores NaN.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Label-only attacks (Choquette-Choo et al., "Label-Only Membership Inference Attacks",
-ICML 2021; ALGORITHMS.md, "Other attacks").
+ICML 2021; docs/algorithms.md §9).
 
 They use only the target's predicted labels, so they survive output defences such as
 top-k, rounding or label-only APIs (see `miaudit.signals.defences`):

@@ -4,7 +4,7 @@ Principles", IEEE S&P 2022).
 Statistic: LiRA's logit-scaled confidence `phi = z_y - logsumexp_{c != y} z_c` per query (the
 cached statistic "phi"). For each sample n and query q, Gaussians are fitted to the references'
 phi: over IN(n) (references that trained on n) and over OUT(n) (those that did not). Mean and
-population std (ddof 0), std floored at `SIGMA_FLOOR` (ALGORITHMS.md).
+population std (ddof 0), std floored at `SIGMA_FLOOR` (docs/algorithms.md §5).
 
 - `lira-online`: `mean_q [log N(phi_t; mu_in, s_in^2) - log N(phi_t; mu_out, s_out^2)]`.
 - `lira-offline`: `mean_q log Phi((phi_t - mu_out) / s_out)`, the paper's one-sided test

@@ -1,4 +1,4 @@
-"""RAPID (He et al., "Is Difficulty Calibration All We Need?", CCS 2024; seed 000).
+"""RAPID (He et al., "Is Difficulty Calibration All We Need?", CCS 2024).
 
 Features per sample: `[S, S - S_ref]`, with `S` the target's cross-entropy loss averaged over the
 bank's queries (the paper's "multiple queries": 8 augmentations; the bank decides Q) and `S_ref`
@@ -7,7 +7,7 @@ paper's "random sampling" of reference models). S is the loss itself, as in the 
 scorer learns the direction. Scorer: MLP 2->512->256->128->1, ReLU, dropout 0.2 after the first
 two hidden layers, sigmoid output, trained with BCE / Adam (lr 2e-4, weight decay 5e-4, batch 128)
 for a fixed 150 epochs on shadow models (every reference by default, leave-one-out). The official
-code picks its best epoch on the victim set; this implementation never does (ALGORITHMS.md).
+code picks its best epoch on the victim set; this implementation never does (docs/algorithms.md).
 The score is the scorer's logit (monotone in its probability, fewer ties).
 
 Parameters: `epochs`, `lr`, `weight_decay`, `batch_size` (the recipe above); `n_shadows` (the

@@ -7,9 +7,10 @@ is the fraction of population samples it dominates: `mean_z [ratio(x) / ratio(z)
 Since ratio(z) > 0, `ratio(x)/ratio(z) > gamma <=> ratio(z) < ratio(x)/gamma`, so one sort of
 the population ratios and a binary search per sample give all scores in O((N + Z) log Z).
 
-Offline `rmia` (ALGORITHMS.md): `Pr(x) = ((1+a) mean_{OUT(x)} Pr(x|theta_r) + (1-a)) / 2`, the
-paper's linear approximation of the missing IN models (its eq. for offline Pr(x)); the same
-formula for z, for which every reference is OUT.
+Offline `rmia` (docs/algorithms.md §6):
+`Pr(x) = ((1+a) mean_{OUT(x)} Pr(x|theta_r) + (1-a)) / 2`, the paper's linear approximation of
+the missing IN models (its eq. for offline Pr(x)); the same formula for z, for which every
+reference is OUT.
 
 Online `rmia-online` (the paper's online setting, reference models half IN and half OUT for x):
 `Pr(x) = (mean_{IN(x)} Pr(x|theta_r) + mean_{OUT(x)} Pr(x|theta_r)) / 2`. This equals the
@@ -18,10 +19,10 @@ design. We weight the two sides equally instead of averaging all references beca
 target left out of a balanced bank a target member has one IN reference fewer than a
 non-member, and a plain average would then differ by the target's membership. Population
 samples are OUT for every reference, so `Pr(z) = mean_r Pr(z|theta_r)` over the same
-references, with no `a` interpolation. No trimming is applied (ALGORITHMS.md mentions a
-trimmed mean; we did not find one in the paper's definition of Pr(x), and with a handful of
-references per side it would discard most of them). A sample without an OUT reference (or,
-online, without an IN one) scores NaN.
+references, with no `a` interpolation. No trimmed mean is applied to the references: we did
+not find one in the paper's definition of Pr(x), and with a handful of references per side it
+would discard most of them. A sample without an
+OUT reference (or, online, without an IN one) scores NaN.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Threshold attacks: scores of the target model alone, no references (ALGORITHMS.md)."""
+"""Threshold attacks: scores of the target model alone, no references (docs/algorithms.md §3)."""
 
 from __future__ import annotations
 

@@ -17,11 +17,13 @@ from miaudit.audit.exposure import exposure_csv, rank_exposed, thumbnail_figure
 from miaudit.audit.references import References, reference_models
 from miaudit.audit.sources import Target, load_target
 from miaudit.audit.verdict import make_verdict, verdict_text
+from miaudit.devices import resolve_device
 from miaudit.io import StagedRunDir, write_json, write_text
-from miaudit.pipeline import default_cache_dir, evaluate_bank, resolve_device
+from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.report import format_table, write_report
 from miaudit.report.exposure import EXPOSURE_FIGURE
 from miaudit.results import AuditResult
+from miaudit.train.cache import default_cache_dir
 
 _SEEN_AS = {"torch": "outputs (logits or probabilities)", "sklearn": "predicted probabilities",
             "function": "outputs", "outputs": "outputs"}

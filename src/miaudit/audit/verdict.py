@@ -13,21 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from miaudit.report.formatting import pct as _pct
+from miaudit.report.formatting import rate as _rate
+
 # the ranking and the level are the report's (the table's ★ and every report's verdict line);
 # this module words them as the release statement
 from miaudit.report.strength import MIN_EXPECTED_FP, assess, headline_fpr, strongest_at
-from miaudit.report.table import fmt_pct
 from miaudit.results import AuditResult
 
 __all__ = ["MIN_EXPECTED_FP", "headline_fpr", "strongest_at", "make_verdict", "verdict_text"]
-
-
-def _pct(value: float) -> str:
-    return fmt_pct(value) + "%"
-
-
-def _rate(fpr: float) -> str:
-    return f"{100 * fpr:g}%"
 
 
 def _ci(ci: list[float] | None, confidence: int) -> str:

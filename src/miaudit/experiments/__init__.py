@@ -1,1 +1,1 @@
-"""The seed studies as code, and the packaged run configs (configs/*.yaml)."""
+"""The papers' studies as code, and the packaged run configs (configs/*.yaml)."""

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from miaudit.report.exposure import EXPOSURE_FIGURE, audit_sections, exposed_html
+from miaudit.report.formatting import fmt_pct
 from miaudit.report.strength import ranked
-from miaudit.report.table import Table, build_table, fmt_pct
+from miaudit.report.table import Table, build_table
 from miaudit.report.verdict import short_verdict
 from miaudit.results import AuditResult
 

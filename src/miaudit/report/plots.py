@@ -16,8 +16,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from miaudit.metrics import roc
+from miaudit.report.formatting import fmt_pct
 from miaudit.report.strength import ranked
-from miaudit.report.table import STRONGEST_MARK, fmt_pct, fpr_label, reported_fprs
+from miaudit.report.table import STRONGEST_MARK, fpr_label, reported_fprs
 from miaudit.results import AuditResult
 
 MIN_FPR = 1e-5
@@ -196,7 +197,7 @@ def histograms_figure(result: AuditResult) -> Figure:
 def calibration_figure(
     result: AuditResult, before: str = "loss", after: str = "calibrated-loss"
 ) -> Figure | None:
-    """Watson et al. (seed 001) figure 1: a score before and after difficulty calibration,
+    """Watson et al. (ICLR 2022) figure 1: a score before and after difficulty calibration,
     members vs non-members (normalised ranks, as the histograms). None when the result lacks
     either attack."""
     names = [o.name for o in result.outcomes]

@@ -4,11 +4,12 @@ verdict line and `miaudit audit`'s release statement use."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from miaudit.report.formatting import fmt_auc, fmt_ci, fmt_pct
 from miaudit.report.strength import MIN_EXPECTED_FP, expected_false_positives, n_nonmembers, ranked
+from miaudit.report.verdict import verdict_line
 from miaudit.results import AuditResult
 
 # the models' training seconds as recorded when they were trained, also when this run loaded
@@ -35,24 +36,6 @@ class Table:
     subheader: list[str] = field(default_factory=list)  # per column: what a figure rests on
     legend: list[str] = field(default_factory=list)  # what the order, ★ and columns mean
     strongest: int | None = None  # row of the strongest attack (the first), None if none
-
-
-def fmt_pct(value: float | None) -> str:
-    """A rate as a percentage: 2 decimals below 1%, 1 decimal above; '-' when missing."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    pct = 100 * value
-    return f"{pct:.2f}" if abs(pct) < 1 else f"{pct:.1f}"
-
-
-def _fmt_ci(ci: Any, fmt) -> str:
-    if not ci or len(ci) != 2 or ci[0] is None:
-        return ""
-    return f" [{fmt(ci[0])}, {fmt(ci[1])}]"
-
-
-def _fmt_auc(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
 
 
 def _cost(cost: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -147,11 +130,11 @@ def build_table(result: AuditResult) -> Table:
     for i, outcome in enumerate(order):
         met = outcome.metrics
         name = f"{outcome.name} {STRONGEST_MARK}" if i == 0 and key else outcome.name
-        row = [name, _fmt_auc(met.get("auc")) + _fmt_ci(met.get("auc_ci"), _fmt_auc)]
+        row = [name, fmt_auc(met.get("auc")) + fmt_ci(met.get("auc_ci"), fmt_auc)]
         for k in fprs:
             cell = fmt_pct(met.get("tpr_at_fpr", {}).get(k))
             cell += "%" if cell != "-" else ""
-            cell += _fmt_ci(met.get("tpr_at_fpr_ci", {}).get(k), fmt_pct)
+            cell += fmt_ci(met.get("tpr_at_fpr_ci", {}).get(k), fmt_pct)
             warning = (met.get("fpr_support", {}).get(k) or {}).get("warning")
             if warning:
                 cell += LOW_SUPPORT_MARK
@@ -199,8 +182,6 @@ def format_table(result: AuditResult, *, verdict: bool = True) -> str:
 
     out = []
     if verdict:
-        # imported here: the verdict module formats with this one's helpers
-        from miaudit.report.verdict import verdict_line
 
         out += [verdict_line(result), ""]
     out += [line(table.header)]

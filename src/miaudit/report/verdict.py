@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from miaudit.report.formatting import pct, rate
 from miaudit.report.strength import MIN_EXPECTED_FP, assess
-from miaudit.report.table import fmt_pct
 from miaudit.results import AuditResult
 
 _LABELS = {
@@ -21,15 +21,6 @@ _LABELS = {
     "not measured": "No measurable leak",
     "none": "Nothing measured",
 }
-
-
-def pct(value: float) -> str:
-    return fmt_pct(value) + "%"
-
-
-def rate(fpr: float) -> str:
-    """An FPR as the config states it: 0.001 -> '0.1%'."""
-    return f"{100 * fpr:g}%"
 
 
 def confidence_of(result: AuditResult) -> float | None:

@@ -1,6 +1,6 @@
 """The signal bank: every model's logits on every sample, plus who trained on what.
 
-`bank.npz` is the interchange format of DESIGN.md: `logits [M,N,Q,C]`, `labels [N]`,
+`bank.npz` is the interchange format (docs/algorithms.md §1): `logits [M,N,Q,C]`, `labels [N]`,
 `membership [M,N]`, optional `population [N]` and `audit [N]`. White-box channels (one float
 per model and sample, e.g. the per-sample gradient norm) travel as `channel_<name> [M,N]`;
 a channel `<name>_queries` beside one records the queries each model answered to compute it

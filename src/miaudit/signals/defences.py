@@ -1,8 +1,8 @@
 """Output-side defences: what an attacker sees when the model's API hides part of its output.
 
 A defence maps a model's logits [..., C] to the *defended* logits an attacker would store in
-the bank. Defences act on probabilities p = softmax(z) and release p' (ALGORITHMS.md, "Other
-attacks"; Choquette-Choo et al., "Label-Only Membership Inference Attacks", ICML 2021, study
+the bank. Defences act on probabilities p = softmax(z) and release p' (docs/algorithms.md §10;
+Choquette-Choo et al., "Label-Only Membership Inference Attacks", ICML 2021, study
 exactly these: top-k / rounded confidences and label-only outputs):
 
 - ``top-k`` (param ``k``, default 1; ``renormalise``, default False): only the k largest

@@ -1,4 +1,4 @@
-"""The seed studies as resumable sweeps: `miaudit study NAME` (see registry.py, sweep.py).
+"""The papers' studies as resumable sweeps: `miaudit study NAME` (see registry.py, sweep.py).
 
 Names are imported lazily so that `miaudit --help` does not pay for torch.
 """

@@ -1,5 +1,5 @@
 """`miaudit study calibration`: Watson et al., "On the importance of difficulty calibration in
-membership inference attacks" (seed 001).
+membership inference attacks" (ICLR 2022).
 
 Cells (every one is a pipeline run: ``config_from_dict`` -> ``build_bank``, then attacks on the
 bank; nothing is trained or scored outside the pipeline):
@@ -24,20 +24,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from miaudit.studies.calibration_config import CONFIGS, figure_dataset, present_datasets
+from miaudit.studies.calibration_config import (
+    CONFIGS,
+    CURVE_ATTACKS,
+    SCORES,
+    figure_dataset,
+    present_datasets,
+)
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell, StudyError
 
 STUDY = "calibration"
-FORGETTING_THRESHOLD = 1e-4  # Watson et al. §4.1's default threshold for calibrated scores
-# (score name, original attack, calibrated attack) — the columns of Tables 2 and 3
-SCORES = (
-    ("gap", "correctness", None),
-    ("loss", "loss", "calibrated-loss"),
-    ("gn", "gradient-norm", "calibrated-gradient-norm"),
-    ("confidence", "confidence", "calibrated-confidence"),
-)
-CURVE_ATTACKS = ("loss", "calibrated-loss")
 
 
 def run_config(config: dict[str, Any], dataset: str, seed: int, *, references: int,
@@ -131,10 +128,11 @@ def summarize(table: Any, study_dir: Any) -> None:
     write_summary(table, study_dir)
 
 
-@register_study(STUDY, description="Watson et al. difficulty calibration (seed 001): Tables "
+@register_study(STUDY, description="Watson et al. (ICLR 2022) difficulty calibration: Tables "
                 "2-3, figs 3-6")
 class Calibration:
-    """Difficulty calibration of loss / gradient-norm / confidence attacks (seed 001)."""
+    """Difficulty calibration of loss / gradient-norm / confidence attacks (Watson et al.,
+    ICLR 2022)."""
 
     configs = CONFIGS
     cells = staticmethod(cells)

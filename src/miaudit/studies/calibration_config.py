@@ -101,6 +101,18 @@ PAPER: dict[str, Any] = {
 }
 
 CONFIGS = {"cpu": CPU, "paper": PAPER}
+
+# What the study measures, shared by its cells (calibration.py) and their work
+# (calibration_work.py).
+FORGETTING_THRESHOLD = 1e-4  # Watson et al. §4.1's default threshold for calibrated scores
+# (score name, original attack, calibrated attack) — the columns of Tables 2 and 3
+SCORES = (
+    ("gap", "correctness", None),
+    ("loss", "loss", "calibrated-loss"),
+    ("gn", "gradient-norm", "calibrated-gradient-norm"),
+    ("confidence", "confidence", "calibrated-confidence"),
+)
+CURVE_ATTACKS = ("loss", "calibrated-loss")
 ENTRY_KEYS = ("split", "recipe", "forgetting")  # what run_config reads of a dataset entry
 
 

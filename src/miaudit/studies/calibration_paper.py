@@ -1,10 +1,11 @@
-"""Watson et al.'s published numbers (seed 001), transcribed from the seed text as printed.
+"""Watson et al.'s published numbers ("On the Importance of Difficulty Calibration in
+Membership Inference Attacks", ICLR 2022), transcribed from the paper's text as printed.
 
 Tables 2 (AUC) and 3 (accuracy): columns gap, then loss / GN / confidence each as
 original, calibrated (reference models trained from scratch) and calibrated via forgetting.
-The seed prints Table 2's header one label short (its "Cal.-F" of confidence is missing), but
-every row has the ten values of Table 3's header, so the columns are the same.
-The figures (2-6) are images the seed text does not contain: only the claims quoted in
+The paper's text prints Table 2's header one label short (its "Cal.-F" of confidence is
+missing), but every row has the ten values of Table 3's header, so the columns are the same.
+The figures (2-6) are images whose numbers the text does not contain: only the claims quoted in
 FIGURE_CLAIMS are available for them.
 """
 

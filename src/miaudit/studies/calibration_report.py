@@ -308,9 +308,9 @@ def write_summary(table: pd.DataFrame, study_dir: str | Path) -> None:
     if table.empty:
         write_text(study_dir / "summary.md", "# Calibration study\n\nNo finished cells yet.\n")
         return
-    parts = [f"# Calibration study (seed 001), size `{config['size']}`\n",
+    parts = [f"# Calibration study (Watson et al., ICLR 2022), size `{config['size']}`\n",
              "Means ± sample std over T repetitions (random splits and initialisations). "
-             "Paper numbers are transcribed from the seed text; `-` where the paper has no "
+             "Paper numbers are transcribed from the paper's text; `-` where the paper has no "
              "such row.\n"]
     parts += ["## Target models (Table 1)\n", _md(model_table(table)), ""]
     for metric, title in (("auc", "AUC (Table 2)"), ("acc", "Attack accuracy (Table 3)")):

@@ -10,7 +10,7 @@ from typing import Any
 
 from miaudit.config import config_from_dict
 from miaudit.pipeline import BuiltBank, build_bank, model_accuracies
-from miaudit.studies.calibration import CURVE_ATTACKS, FORGETTING_THRESHOLD, SCORES
+from miaudit.studies.calibration_config import CURVE_ATTACKS, FORGETTING_THRESHOLD, SCORES
 from miaudit.studies.evaluation import (
     Scored,
     pr_rows,

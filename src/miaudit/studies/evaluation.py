@@ -17,7 +17,7 @@ import numpy as np
 
 from miaudit import metrics
 from miaudit.attacks import TargetView, run_attack
-from miaudit.pipeline import public_threshold
+from miaudit.pipeline.evaluate import public_threshold
 from miaudit.signals import SignalBank
 
 # log-spaced FPRs for ROC curves (the low-FPR end matters) and linear recalls for PR curves

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from miaudit.studies.sweep import Cell, StudyError, Work
+from miaudit.studies.cells import Cell, StudyError, Work
 from miaudit.train.parallel import usable_cpus
 
 Outcome = tuple[Cell, Any, BaseException | None, float]

@@ -1,4 +1,5 @@
-"""`miaudit study generalization`: seed 002 (generalization and membership inference).
+"""`miaudit study generalization`: "Generalization and Membership Inference Attack: a
+Practical Perspective".
 
 Four parts, one table (``results.csv``), one row per (cell, attacked model, attack):
 
@@ -194,8 +195,9 @@ _PAPER_BASE = {"architecture": "resnet18", "optimizer": "sgd", "lr": 0.1, "epoch
                "batch_size": 256, "weight_decay": 0.0005}
 
 
-@register_study(STUDY, description="Seed 002: augmentation, early stopping, attacker "
-                "knowledge, and TPR@0.1% FPR against the generalization gap of many models")
+@register_study(STUDY, description="\"Generalization and Membership Inference Attack: a Practical "
+                "Perspective\": augmentation, early stopping, attacker knowledge, and "
+                "TPR@0.1% FPR against the generalization gap of many models")
 class Generalization:
     configs = {
         "cpu": {

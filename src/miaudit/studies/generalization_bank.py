@@ -1,4 +1,5 @@
-"""Banks of the generalization study (seed 002): one fixed pool, M models on exact halves of it.
+"""Banks of the generalization study ("Generalization and Membership Inference Attack: a
+Practical Perspective"): one fixed pool, M models on exact halves of it.
 
 Why the study builds its banks here rather than through ``pipeline.build_bank``:
 
@@ -10,7 +11,7 @@ Why the study builds its banks here rather than through ``pipeline.build_bank``:
   faster for the many-model study's MLPs).
 - *Fixed training sets.* Model ``m`` trains on the same rows, with the same seed, under every
   recipe: across the study's cells, the models with index ``m`` form one fixed training set
-  trained under varied recipes (seed 002 §IV-C's control), and the M models of a bank are each
+  trained under varied recipes (the paper's §IV-C control), and the M models of a bank are each
   other's LiRA references (online design, leave-one-out), so every model is attacked.
 - *Mixed banks.* Attacker knowledge (§IV-B) attacks model ``m`` trained with the target recipe
   using references trained with another recipe: the target's logits from one bank, the
@@ -32,12 +33,14 @@ import numpy as np
 
 from miaudit.config import MetricsConfig
 from miaudit.data import Dataset, load_dataset
+from miaudit.devices import resolve_device
 from miaudit.errors import ConfigError
-from miaudit.pipeline import default_cache_dir, evaluate_bank, resolve_device
+from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.protocol import balanced_membership, make_split
 from miaudit.signals import SignalBank
 from miaudit.signals.query import query_logits
 from miaudit.train import CheckpointSpec, ModelCache, Recipe, TrainedModel
+from miaudit.train.cache import default_cache_dir
 
 # TPR is recorded at these FPRs (the ROC curves of the knowledge figures are drawn through them).
 ROC_FPRS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -151,7 +154,7 @@ def mixed_bank(target_logits: np.ndarray, reference_logits: np.ndarray, target: 
 def model_stats(bank: SignalBank) -> list[dict[str, float]]:
     """Per model: accuracy and mean cross-entropy on its members (train) and on the pool's
     other half (test), from the plain query; the gaps are train - test accuracy and
-    test - train loss (seed 002 eq. 3-4)."""
+    test - train loss (the generalization paper's eq. 3-4)."""
     logits = bank.logits[:, :, 0, :].astype(np.float64)
     top = logits.max(axis=-1, keepdims=True)
     log_norm = np.log(np.exp(logits - top).sum(axis=-1)) + top[..., 0]

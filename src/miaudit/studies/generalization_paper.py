@@ -1,5 +1,5 @@
-"""Seed 002's numbers, transcribed as data: "Generalization and Membership Inference Attack a
-Practical Perspective" (/work/shared/seeds/002_*.txt).
+"""The numbers of "Generalization and Membership Inference Attack: a Practical Perspective"
+(`GENERALIZATION_PAPER`), transcribed as data from the paper's text.
 
 Setup stated by the paper (§IV): CIFAR (CIFAR-10 by its 60k images and 10-class accuracies),
 the whole 60k pool, each target on half of it (30k); ResNet-18; attack LiRA, metric TPR at 0.1 %
@@ -9,6 +9,8 @@ which recipe knobs vary in the many-model study, and any correlation coefficient
 """
 
 from __future__ import annotations
+
+GENERALIZATION_PAPER = '"Generalization and Membership Inference Attack: a Practical Perspective"'
 
 # Table of §IV-A1 (augmentation techniques): technique -> (train acc %, test acc %, TPR@0.1%FPR %)
 PAPER_AUGMENTATION: dict[str, tuple[float, float, float]] = {

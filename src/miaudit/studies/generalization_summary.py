@@ -1,5 +1,6 @@
-"""Summary of the generalization study (seed 002): the paper's tables with ours beside them,
-ROC curves of attacker knowledge, and the many-model scatter with correlation coefficients.
+"""Summary of the generalization study ("Generalization and Membership Inference Attack: a
+Practical Perspective"): the paper's tables with ours beside them, ROC curves of attacker
+knowledge, and the many-model scatter with correlation coefficients.
 
 Every figure here is computed from the study table (``results.csv``): one row per (cell,
 attacked model, attack). Rates are in percent in the markdown tables, as in the paper; a
@@ -24,6 +25,7 @@ from miaudit.report.plots import figure_png
 from miaudit.studies.generalization_bank import ROC_FPRS, tpr_column
 from miaudit.studies.generalization_paper import (
     AUGMENTATION_STEPS,
+    GENERALIZATION_PAPER,
     PAPER_AUGMENTATION,
     PAPER_EARLY_STOPPING,
     PAPER_KNOWLEDGE,
@@ -191,8 +193,9 @@ def gap_and_accuracy_fit(points: pd.DataFrame, y: str = TPR01) -> dict[str, floa
 
 
 def scatter_figure(points: pd.DataFrame, y: str = TPR01) -> Figure:
-    """Seed 002 figures 5-7: ``y`` against accuracy gap (colour: test accuracy), against test
-    accuracy (colour: accuracy gap) and against loss gap (colour: test accuracy)."""
+    """The generalization paper's figures 5-7: ``y`` against accuracy gap (colour: test
+    accuracy), against test accuracy (colour: accuracy gap) and against loss gap (colour: test
+    accuracy)."""
     fig = Figure(figsize=(15, 4.4))
     panels = (("acc_gap", "test_acc", "Fig. 5"), ("test_acc", "acc_gap", "Fig. 6"),
               ("loss_gap", "test_acc", "Fig. 7"))
@@ -212,8 +215,9 @@ def scatter_figure(points: pd.DataFrame, y: str = TPR01) -> Figure:
 
 
 def knowledge_figure(table: pd.DataFrame, attack: str) -> Figure | None:
-    """Seed 002 figures 3-4: mean ROC (over attacked models, through the recorded FPRs) of
-    each target technique with references like the target and plain references."""
+    """The generalization paper's figures 3-4: mean ROC (over attacked models, through the
+    recorded FPRs) of each target technique with references like the target and plain
+    references."""
     rows = _knowledge_rows(table, attack)
     if rows.empty:
         return None
@@ -277,7 +281,7 @@ def write_summary(table: pd.DataFrame, study_dir: Path) -> None:
     config: dict[str, Any] = load_study_config(study_dir)
     attack = config["headline_attack"]
     support = table["n_nonmembers"].min() if "n_nonmembers" in table else None
-    sections = [f"# Study: generalization (seed 002), size {config['size']}\n",
+    sections = [f"# Study: generalization ({GENERALIZATION_PAPER}), size {config['size']}\n",
                 f"Attack in the tables and figures: `{attack}`; {config['models']} models per "
                 f"bank, each attacked with the other {config['models'] - 1} as references. "
                 f"TPR@0.1% FPR per attacked model rests on {support} non-members "

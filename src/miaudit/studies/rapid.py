@@ -1,5 +1,6 @@
-"""`miaudit study rapid`: RAPID (He et al., CCS 2024; seed 000) against LiRA-offline, RMIA,
-Watson's calibrated loss and Yeom's loss, with the paper's ablations and cost.
+"""`miaudit study rapid`: RAPID (He et al., "Is Difficulty Calibration All We Need?", CCS
+2024) against LiRA-offline, RMIA, Watson's calibrated loss and Yeom's loss, with the paper's
+ablations and cost.
 
 One cell = one (dataset, repetition, DP setting): it trains (or loads) a target and the largest
 number of reference models asked for, queries them once with every query of the setup, and then
@@ -249,10 +250,10 @@ _PAPER = {
 }
 
 
-@register_study("rapid", description="RAPID (seed 000) vs LiRA-offline, RMIA, Watson, Yeom: "
-                "TPR@0.1% FPR, AUC, #queries, #references, DP-SGD, cost")
+@register_study("rapid", description="RAPID (He et al., CCS 2024) vs LiRA-offline, RMIA, "
+                "Watson, Yeom: TPR@0.1% FPR, AUC, #queries, #references, DP-SGD, cost")
 class Rapid:
-    """RAPID (He et al. CCS'24, seed 000) against reference-model attacks, with ablations."""
+    """RAPID (He et al., CCS 2024) against reference-model attacks, with ablations."""
 
     configs = {"cpu": _CPU, "paper": _PAPER}
     cells = staticmethod(cells)

@@ -1,5 +1,5 @@
-"""Summary of the rapid study: the paper's figures (seed 000) as data, our tables beside them,
-and the figures (main comparison, #references, #queries, DP-SGD).
+"""Summary of the rapid study: the paper's figures (He et al., CCS 2024) as data, our tables
+beside them, and the figures (main comparison, #references, #queries, DP-SGD).
 
 Everything here reads the study table (one row per cell x setting x attack, see
 :func:`miaudit.studies.rapid.work`); nothing is recomputed from models.
@@ -19,9 +19,11 @@ from miaudit.io import atomic_open, write_text
 from miaudit.report.plots import figure_png
 from miaudit.studies.report import markdown_table, mean_std
 
-SEED = "/work/shared/seeds/000 (a blog summary of He et al., CCS 2024, arXiv 2409.00426)"
-# Every number the seed text gives, with where it stands. The seed's result tables and plots are
-# images (15.png main results, 16.png DP-SGD, 17.png LLMs) whose numbers are not in its text.
+PAPER = ('He et al., "Is Difficulty Calibration All We Need? Towards More Practical Membership '
+         'Inference Attacks", ACM CCS 2024, arXiv 2409.00426')
+# Every number we have of the paper's results, quoted in the text of a blog summary of it, with
+# where it stands there (its sections). That summary's result tables and plots are images (main
+# results, DP-SGD, LLMs) whose numbers are not in its text.
 PAPER_NUMBERS: list[dict[str, Any]] = [
     {"source": "5. Main Results 1 (text under the main-results figure)", "dataset": "CIFAR-100",
      "attack": "best previous attack", "quantity": "TPR@0.1% FPR", "value": 0.115},
@@ -46,12 +48,12 @@ PAPER_NOT_GIVEN: list[str] = [
     "where LiRA trains 'hundreds'.",
     "DP-SGD: an image only; the text says RAPID keeps a higher success rate than the others.",
     "Cost: no per-attack table; only 'about 1/25 of LiRA's computation'.",
-    "RMIA is not among the seed's baselines (the issue adds it); Canary is not in miaudit.",
+    "RMIA is not among the paper's baselines (the issue adds it); Canary is not in miaudit.",
 ]
 
 
 def paper_table() -> pd.DataFrame:
-    """The seed's numbers, one row each (``value`` a fraction or a count)."""
+    """The paper's numbers, one row each (``value`` a fraction or a count)."""
     return pd.DataFrame(PAPER_NUMBERS, columns=["source", "dataset", "attack", "quantity",
                                                 "value"])
 
@@ -254,8 +256,9 @@ def summarize(table: pd.DataFrame, study_dir: Path) -> None:
     study_dir = Path(study_dir)
     paper = paper_table()
     paper.to_csv(study_dir / "paper.csv", index=False)
-    parts = [f"# RAPID study (seed 000)\n\nPaper figures as given by the seed ({SEED}):\n",
-             markdown_table(paper, floatfmt=".3g"), "\nNot given by the seed:\n",
+    parts = [f"# RAPID study ({PAPER})\n\nPaper figures as quoted in the text of a summary of "
+             "the paper (source: its section):\n",
+             markdown_table(paper, floatfmt=".3g"), "\nNot given in that text:\n",
              "\n".join(f"- {line}" for line in PAPER_NOT_GIVEN)]
     if table.empty:
         write_text(study_dir / "summary.md", "\n".join(parts) + "\n\nNo finished cells yet.\n")

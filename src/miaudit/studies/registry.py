@@ -2,7 +2,7 @@
 
 A study is a class (used as a plain namespace) decorated with :func:`register_study`::
 
-    @register_study("calibration", description="Watson et al. (seed 001)")
+    @register_study("calibration", description="Watson et al. (ICLR 2022)")
     class Calibration:
         configs = {"cpu": {...}, "paper": {...}}   # "cpu" finishes here within the hour
         cells = staticmethod(make_cells)           # config dict -> list[Cell]

@@ -12,76 +12,27 @@ were training when the sweep died.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from miaudit.errors import ConfigError, MiauditError
 from miaudit.io import atomic_path, write_json
 from miaudit.progress import bars_enabled, progress_bar, progress_on, quiet
-from miaudit.train.recipe import _freeze, _thaw
+from miaudit.studies.cells import Cell, StudyError, Work, canonical  # noqa: F401  (re-exported)
+from miaudit.studies.executors import get_executor
 
 log = logging.getLogger(__name__)
 
 CELL_FORMAT = 1
 RESULTS = "results.csv"
 
-Work = Callable[["Cell"], list[dict[str, Any]]]
-
-
-class StudyError(MiauditError):
-    """A study or sweep is misconfigured, or some of its cells failed."""
-
-
-def _canonical(value: Any, where: str) -> Any:
-    """Plain JSON-ready copy of ``value`` (the recipe's freezing rules: numbers, strings,
-    booleans, None, lists and string-keyed mappings; no NaN), or StudyError."""
-    try:
-        return _thaw(_freeze(value, where))
-    except ConfigError as exc:
-        raise StudyError(str(exc)) from exc
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
-@dataclass(frozen=True, init=False)
-class Cell:
-    """One unit of a study's sweep: the study's name and JSON-able parameters."""
-
-    study: str
-    _params: str  # canonical JSON: makes the cell hashable, picklable and immutable
-
-    def __init__(self, study: str, params: Mapping[str, Any]) -> None:
-        if not isinstance(study, str) or not study:
-            raise StudyError(f"a cell's study must be a non-empty name, got {study!r}.")
-        if not isinstance(params, Mapping):
-            raise StudyError(f"a cell's params must be a mapping, got {type(params).__name__}.")
-        object.__setattr__(self, "study", study)
-        object.__setattr__(self, "_params", _dumps(_canonical(params, "params")))
-
-    @property
-    def params(self) -> dict[str, Any]:
-        """A fresh (mutable) copy of the parameters."""
-        return json.loads(self._params)
-
-    def key(self) -> str:
-        """sha256 of the canonical JSON of study and parameters."""
-        text = _dumps({"study": self.study, "params": json.loads(self._params)})
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-    def __repr__(self) -> str:
-        return f"Cell({self.study!r}, {self._params})"
-
-
+# Cells, Work and StudyError live in ``cells`` (the executors build on them too); re-exported
+# here so a study imports its sweep's vocabulary from one place.
 def cell_path(study_dir: Path, cell: Cell) -> Path:
     return Path(study_dir) / "cells" / f"{cell.key()}.json"
 
@@ -95,7 +46,7 @@ def _check_rows(rows: Any, cell: Cell) -> list[dict[str, Any]]:
     params = cell.params
     out = []
     for row in rows:
-        row = _canonical(row, "row")
+        row = canonical(row, "row")
         clash = [k for k in row if k in params or k == "cell"]
         if clash:
             raise StudyError(
@@ -169,7 +120,6 @@ def run_sweep(
     together in a :class:`StudyError` after the others have finished (and been saved), so a
     rerun retries only them.
     """
-    from miaudit.studies.executors import get_executor
 
     study_dir = Path(study_dir)
     unique: dict[str, Cell] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,12 @@ class CacheStats:
     misses: int = 0
     corrupt: int = 0  # entries found broken (also counted in misses)
     stored: int = 0  # of the misses, models stored complete so far (the rest were lost)
+
+
+def default_cache_dir() -> Path:
+    """`$MIAUDIT_CACHE_DIR` if set, else `~/.cache/miaudit/models`."""
+    env = os.environ.get("MIAUDIT_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "miaudit" / "models"
 
 
 class ModelCache:

@@ -1,10 +1,11 @@
 """Checkpoints: models kept at chosen epochs or optimizer steps of one training run.
 
-Seed 002 (§IV-A2) attacks a model at several points of its training to show how leakage grows
-as it fits its members. A checkpoint belongs to its run: epoch 5 of a 30-epoch cosine run has
-seen learning rates a 5-epoch run never sees, so it is cached under the run's own key plus its
-position (:func:`checkpoint_key`), never under the key of a shorter recipe. One training pass
-yields the final model and every checkpoint; nothing trains twice.
+"Generalization and Membership Inference Attack: a Practical Perspective" (§IV-A2) attacks a
+model at several points of its training to show how leakage grows as it fits its members. A
+checkpoint belongs to its run: epoch 5 of a 30-epoch cosine run has seen learning rates a
+5-epoch run never sees, so it is cached under the run's own key plus its position
+(:func:`checkpoint_key`), never under the key of a shorter recipe. One training pass yields the
+final model and every checkpoint; nothing trains twice.
 
 Positions are counted in optimizer steps: epoch ``e`` is step ``e * steps_per_epoch`` (the last
 step of that epoch), so ``epochs: [5]`` and the equivalent ``steps:`` entry share one entry.

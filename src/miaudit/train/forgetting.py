@@ -1,4 +1,4 @@
-"""Calibration via forgetting (Watson et al. 2022, seed 001, §3): reference models made by
+"""Calibration via forgetting (Watson et al., ICLR 2022, §3): reference models made by
 training copies of the target further on public data only (warm start).
 
 The copies forget the target's members at the rate any model forgets data it stops seeing,
@@ -15,16 +15,11 @@ import time
 import numpy as np
 import torch
 
+from miaudit.threads import cpu_threads
+from miaudit.train.base import TrainedModel, derive_seeds, make_optimizer
+from miaudit.train.loop import _train_epoch
 from miaudit.train.recipe import Recipe
-from miaudit.train.rows import training_rows
-from miaudit.train.trainer import (
-    ArrayLike,
-    TrainedModel,
-    _train_epoch,
-    cpu_threads,
-    derive_seeds,
-    make_optimizer,
-)
+from miaudit.train.rows import ArrayLike, training_rows
 
 
 def forget(

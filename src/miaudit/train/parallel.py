@@ -22,10 +22,10 @@ import torch
 
 from miaudit import progress
 from miaudit.models import build_model
+from miaudit.train.base import TrainedModel, isolated_rng
 from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.recipe import Recipe
 from miaudit.train.stacked import train_groups
-from miaudit.train.trainer import TrainedModel, isolated_rng
 
 # Spawning a worker costs about 2-4 s (importing torch), so fan out only when the work is
 # worth it: with ~200k samples/s per core, 5M samples take ~25 s on one core and ~13 s + start

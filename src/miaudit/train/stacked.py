@@ -1,7 +1,7 @@
 """Train K models of one recipe at once, with their weights stacked along a leading axis.
 
 Audits train many small models of the same recipe on training sets of the same size (reference
-models, the seeds study). Trained one at a time, a small MLP spends much of each step in
+models, the studies). Trained one at a time, a small MLP spends much of each step in
 Python, autograd and optimizer bookkeeping rather than arithmetic; stacked, one step of K
 models costs one batched matmul per layer (``torch.bmm`` over weights ``[K, out, in]``) and one
 optimizer step over the stacked parameters, so that overhead is paid once for all K. The
@@ -39,20 +39,12 @@ from torch import nn
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
 from miaudit.progress import progress_bar
+from miaudit.threads import cpu_threads
+from miaudit.train.base import TrainedModel, derive_seeds, isolated_rng, lr_at, make_optimizer
 from miaudit.train.checkpoints import CheckpointSpec
+from miaudit.train.loop import train_model
 from miaudit.train.recipe import Recipe
-from miaudit.train.trainer import (
-    ArrayLike,
-    TrainedModel,
-    as_device_tensor,
-    check_indices,
-    cpu_threads,
-    derive_seeds,
-    isolated_rng,
-    lr_at,
-    make_optimizer,
-    train_model,
-)
+from miaudit.train.rows import ArrayLike, as_device_tensor, check_indices
 
 STACKABLE = ("mlp",)
 _aten = torch.ops.aten

@@ -1,31 +1,36 @@
-"""The training loop: one resident tensor per dataset, index-sliced batches, no DataLoader.
+"""Which trainer trains a design's models: stacked groups of equal-sized jobs (``stacked``),
+fanned out over worker processes on CPU (``parallel``), else one by one (``loop``).
 
-Speed matters (audits train hundreds of reference models), so the loop keeps the training rows
-as a single tensor on the device, draws one ``randperm`` per epoch from a local generator and
-slices batches by index. The only host-device syncs are one per epoch (the mean loss).
+Re-exports the training API (``train_model``, ``TrainedModel``, ...) so callers import one
+module; the trainers themselves import only the layers below them (``base``, ``loop``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 
-import numpy as np
 import torch
-from torch import nn
-from torch.nn import functional as F
 
 from miaudit.errors import ConfigError
-from miaudit.models import build_model
 from miaudit.progress import progress_bar
-from miaudit.threads import cpu_threads
-from miaudit.train.augment import Augmentation, augment_seed, build_augmentation
+from miaudit.threads import cpu_threads  # noqa: F401  (re-exported)
+from miaudit.train import parallel, stacked
+from miaudit.train.base import (  # noqa: F401  (re-exported: trainer.TrainedModel, ...)
+    EpochCallback,
+    EpochInfo,
+    ModelCallback,
+    TrainedModel,
+    derive_seeds,
+    isolated_rng,
+    lr_at,
+    make_optimizer,
+    predict_logits,
+    snapshot,
+)
 from miaudit.train.checkpoints import CheckpointSpec
+from miaudit.train.loop import train_model  # noqa: F401  (re-exported)
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import (  # noqa: F401  (re-exported: trainer.check_indices, ...)
     ArrayLike,
@@ -37,223 +42,6 @@ from miaudit.train.rows import (  # noqa: F401  (re-exported: trainer.check_indi
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainedModel:
-    """A trained network (in eval mode) and how it was made."""
-
-    module: nn.Module
-    recipe: Recipe
-    seed: int
-    train_seconds: float
-    samples_per_second: float
-    n_train: int = 0
-    num_classes: int = 0
-    input_shape: tuple[int, ...] = ()
-    losses: list[float] = field(default_factory=list)  # mean training loss of each epoch
-    from_cache: bool = False
-    # DP-SGD models only: epsilon_spent, delta, noise_multiplier, max_grad_norm, ... (dp.py)
-    privacy: dict | None = None
-    # A checkpoint of a longer run: the optimizer steps it had taken (None: the final model).
-    step: int | None = None
-    # Weights kept during training: {step: state dict on the CPU} (see checkpoints.py) ...
-    snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
-    # ... and, once the cache has made them models, {label (e.g. "epoch5"): model}.
-    checkpoints: dict[str, TrainedModel] = field(default_factory=dict, repr=False)
-
-
-@dataclass(frozen=True)
-class EpochInfo:
-    """What an ``on_epoch_end`` callback receives. ``module`` is in train mode."""
-
-    epoch: int  # 1-based
-    epochs: int
-    loss: float  # mean training loss over the epoch
-    lr: float  # learning rate of the epoch's last step
-    module: nn.Module
-
-
-EpochCallback = Callable[[EpochInfo], None]
-# Job index and its finished model (train_models' on_model).
-ModelCallback = Callable[[int, TrainedModel], None]
-
-
-def lr_at(recipe: Recipe, step: int, total_steps: int) -> float:
-    """Learning rate of optimizer step ``step`` (0-based) out of ``total_steps``.
-
-    ``cosine`` decays per step from ``recipe.lr`` at step 0 to 0 at ``total_steps``.
-    """
-    if recipe.schedule == "constant" or total_steps <= 0:
-        return recipe.lr
-    frac = min(max(step, 0), total_steps) / total_steps
-    return recipe.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
-
-
-def make_optimizer(recipe: Recipe, params: Sequence[nn.Parameter]) -> torch.optim.Optimizer:
-    """The recipe's optimizer. SGD with ``momentum == 0`` is plain SGD (nesterov ignored)."""
-    if recipe.optimizer == "adam":
-        return torch.optim.Adam(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
-    return torch.optim.SGD(
-        params,
-        lr=recipe.lr,
-        momentum=recipe.momentum,
-        nesterov=recipe.nesterov and recipe.momentum > 0,
-        weight_decay=recipe.weight_decay,
-    )
-
-
-def derive_seeds(seed: int) -> tuple[int, int]:
-    """Independent (init/dropout, shuffle) seeds from one user seed."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}.")
-    init, shuffle = np.random.SeedSequence(int(seed)).generate_state(2, dtype=np.uint64)
-    return int(init), int(shuffle)
-
-
-@contextlib.contextmanager
-def isolated_rng(device: torch.device, seed: int) -> Iterator[None]:
-    """Seed torch's global RNGs for model init and dropout, restoring them afterwards."""
-    cuda = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(seed)
-        yield
-
-
-def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
-    """A detached CPU copy of ``module``'s state dict (a checkpoint's weights)."""
-    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
-
-
-def _train_epoch(
-    module: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    recipe: Recipe,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    order: torch.Tensor,
-    step: int,
-    total_steps: int,
-    augment: Augmentation | None = None,
-    aug_generator: torch.Generator | None = None,
-    keep: set[int] | None = None,
-    snapshots: dict[int, dict[str, torch.Tensor]] | None = None,
-) -> tuple[float, float]:
-    """One pass over ``order``; returns the mean loss and the last step's learning rate.
-
-    ``augment`` (optional) transforms each batch before the forward pass, drawing from
-    ``aug_generator``. After each optimizer step whose 1-based count is in ``keep``, the
-    weights are copied into ``snapshots[count]``.
-    """
-    total = torch.zeros((), device=x.device)
-    lr = recipe.lr
-    for lo in range(0, len(order), recipe.batch_size):
-        batch = order[lo : lo + recipe.batch_size]
-        lr = lr_at(recipe, step, total_steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        xb = x.index_select(0, batch)
-        if augment is not None:
-            xb = augment(xb, aug_generator)
-        loss = F.cross_entropy(
-            module(xb), y.index_select(0, batch), label_smoothing=recipe.label_smoothing
-        )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        total.add_(loss.detach(), alpha=len(batch))
-        step += 1
-        if keep and step in keep and snapshots is not None:
-            snapshots[step] = snapshot(module)
-    return float(total) / len(order), lr  # float(): the one host-device sync per epoch
-
-
-def train_model(
-    recipe: Recipe,
-    features: ArrayLike,
-    labels: ArrayLike,
-    indices: ArrayLike,
-    seed: int,
-    device: str | torch.device = "cpu",
-    num_classes: int | None = None,
-    progress: bool = True,
-    *,
-    on_epoch_end: EpochCallback | None = None,
-    desc: str = "training",
-    num_threads: int | None = None,
-    checkpoints: CheckpointSpec | None = None,
-) -> TrainedModel:
-    """Train ``recipe`` on rows ``indices`` of ``features``/``labels``; same seed, same weights.
-
-    ``features`` is float [N, ...], ``labels`` int [N] (numpy or torch, any device).
-    ``num_classes`` defaults to ``labels.max() + 1`` over all rows, so models trained on
-    different subsets of one dataset share an output size. Row order in ``indices`` is
-    irrelevant. ``on_epoch_end`` (optional) runs after each epoch, e.g. to evaluate.
-    ``num_threads`` sets torch's CPU threads for this call only (``None``: unchanged); small
-    models on a busy machine train several times faster with 1. ``checkpoints`` (optional)
-    names epochs/steps whose weights are kept in the result's ``snapshots`` ``{step: state}``.
-    A recipe with ``dp`` set trains with DP-SGD (:func:`miaudit.train.dp.train_model_dp`).
-    """
-    if recipe.dp is not None:
-        from miaudit.train import dp  # imports this module
-
-        with cpu_threads(num_threads):
-            return dp.train_model_dp(
-                recipe, features, labels, indices, seed, device, num_classes, progress,
-                on_epoch_end=on_epoch_end, desc=desc, checkpoints=checkpoints,
-            )  # fmt: skip
-    device = torch.device(device)
-    rows = training_rows(features, labels, indices, device, num_classes)
-    idx, x, y, n_classes = rows.idx, rows.x, rows.y, rows.n_classes
-    init_seed, shuffle_seed = derive_seeds(seed)
-    input_shape = tuple(int(d) for d in x.shape[1:])
-    n = len(idx)
-    steps_per_epoch = math.ceil(n / recipe.batch_size)
-    total_steps = steps_per_epoch * recipe.epochs
-    shuffler = torch.Generator(device="cpu").manual_seed(shuffle_seed)
-    augment = build_augmentation(recipe.augment, input_shape)
-    aug_generator = torch.Generator(device="cpu").manual_seed(augment_seed(seed))
-    keep = checkpoints.keep_steps(recipe, n) if checkpoints else set()
-    snapshots: dict[int, dict[str, torch.Tensor]] = {}
-
-    losses: list[float] = []
-    start = time.perf_counter()
-    with isolated_rng(device, init_seed), cpu_threads(num_threads):
-        module = build_model(recipe.architecture, input_shape, n_classes, **recipe.arch_params)
-        module.to(device).train()
-        optimizer = make_optimizer(recipe, list(module.parameters()))
-        bar = progress_bar(recipe.epochs, desc, "epoch", enabled=progress)
-        step = 0
-        with bar:
-            for epoch in range(recipe.epochs):
-                order = torch.randperm(n, generator=shuffler).to(device, non_blocking=True)
-                loss, lr = _train_epoch(
-                    module, optimizer, recipe, x, y, order, step, total_steps,
-                    augment, aug_generator, keep, snapshots,
-                )  # fmt: skip
-                step += steps_per_epoch
-                losses.append(loss)
-                bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.3g}")
-                bar.update(1)
-                if on_epoch_end is not None:
-                    on_epoch_end(EpochInfo(epoch + 1, recipe.epochs, loss, lr, module))
-                    module.train()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - start
-    module.eval()
-    return TrainedModel(
-        module=module,
-        recipe=recipe,
-        seed=int(seed),
-        train_seconds=seconds,
-        samples_per_second=n * recipe.epochs / seconds if seconds > 0 else float("inf"),
-        n_train=n,
-        num_classes=n_classes,
-        input_shape=input_shape,
-        losses=losses,
-        snapshots=snapshots,
-    )
 
 
 # Thread and process use on CPU, measured on this project's 2-core AMD EPYC (AVX2, torch 2.13 +
@@ -310,8 +98,6 @@ def train_models(
     Progress (``progress``, see :mod:`miaudit.progress`): a bar of models done when there is
     more than one group, and in this process each group's epochs.
     """
-    from miaudit.train import parallel, stacked  # both import this module
-
     if len(index_sets) != len(seeds):
         raise ConfigError(f"got {len(index_sets)} index sets but {len(seeds)} seeds; pair them.")
     device = torch.device(device)
@@ -359,27 +145,3 @@ def train_models(
             )  # fmt: skip
     assert all(m is not None for m in results)
     return results  # type: ignore[return-value]
-
-
-def predict_logits(
-    module: nn.Module,
-    features: ArrayLike,
-    batch_size: int = 1024,
-    device: str | torch.device = "cpu",
-) -> np.ndarray:
-    """Logits float32 [N, C] of ``module`` (moved to ``device``) in eval mode, batched."""
-    if batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1, got {batch_size}.")
-    device = torch.device(device)
-    was_training = module.training
-    module.to(device).eval()
-    data = features if isinstance(features, torch.Tensor) else torch.as_tensor(features)
-    outs = []
-    try:
-        with torch.no_grad():
-            for lo in range(0, max(len(data), 1), batch_size):
-                xb = data[lo : lo + batch_size].to(device=device, dtype=torch.float32)
-                outs.append(module(xb).float().cpu())
-    finally:
-        module.train(was_training)
-    return torch.cat(outs).numpy().astype(np.float32, copy=False)

@@ -1,4 +1,5 @@
-"""Audits of the checkpoints kept along training (seed 002 §IV-A2: train accuracy, test
+"""Audits of the checkpoints kept along training ("Generalization and Membership Inference
+Attack: a Practical Perspective" §IV-A2: train accuracy, test
 accuracy and attack TPR at each stage of training).
 
 Each checkpoint gets its own bank: the target *and* its reference models at the same position
@@ -16,6 +17,8 @@ from typing import Any
 
 from miaudit.config import RunConfig
 from miaudit.io import write_json, write_text
+from miaudit.pipeline.bank import BuiltBank, query_bank
+from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.report import write_report
 from miaudit.results import AuditResult
 from miaudit.train.checkpoints import steps_per_epoch, total_steps
@@ -81,12 +84,10 @@ def markdown_table(rows: list[dict[str, Any]], fprs: list[float]) -> str:
 
 
 def audit_checkpoints(
-    cfg: RunConfig, built: Any, final: AuditResult, out: Path, progress: bool = True
+    cfg: RunConfig, built: BuiltBank, final: AuditResult, out: Path, progress: bool = True
 ) -> list[dict[str, Any]]:
     """Score every checkpoint's bank, write its report under ``out/checkpoints/<label>/``
     and the summary table; return the summary rows (the final model last)."""
-    from miaudit.pipeline import evaluate_bank, query_bank  # pipeline imports this module
-
     design, target = built.design, built.models[built.design.target]
     rows = []
     for label, kept in target.checkpoints.items():
@@ -97,7 +98,7 @@ def audit_checkpoints(
                              built.info["device"], progress)  # fmt: skip
         result = evaluate_bank(
             bank, design.target, cfg.attacks, cfg.attack_params, cfg.metrics, cfg.seed,
-            train_seconds=[m.train_seconds for m in models],
+            train_seconds=[m.train_seconds for m in models], progress=progress,
         )
         epoch = kept.step / steps_per_epoch(kept.recipe, kept.n_train)
         result.meta.update({

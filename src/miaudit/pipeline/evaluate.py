@@ -1,0 +1,135 @@
+"""Stage 2 of a run: every attack scored on a bank for one target and evaluated on the audit
+samples (thresholds for balanced accuracy chosen on public data only)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from miaudit import metrics
+from miaudit.attacks import TargetView, get_attack, run_attack
+from miaudit.config import MetricsConfig
+from miaudit.errors import AttackError
+from miaudit.progress import progress_bar
+from miaudit.results import AttackOutcome, AuditResult
+from miaudit.signals import SignalBank
+
+
+def model_accuracies(bank: SignalBank) -> list[dict[str, Any]]:
+    """Each model's train accuracy (on its members) and test accuracy (on the bank samples it
+    did not train on, population included), from query 0 of the bank."""
+    correct = bank.logits[:, :, 0, :].argmax(axis=-1) == bank.labels[None, :]
+    rows = []
+    for m in range(bank.n_models):
+        members = bank.membership[m]
+        rows.append({
+            "model": m,
+            "n_train": int(members.sum()),
+            "train_acc": float(correct[m, members].mean()) if members.any() else None,
+            "test_acc": float(correct[m, ~members].mean()) if (~members).any() else None,
+        })
+    return rows
+
+
+def public_threshold(name: str, view: TargetView, params: dict[str, Any]) -> float | None:
+    """Watson et al.'s accuracy threshold (ICLR 2022, §4.1; docs/algorithms.md §12), chosen on
+    public data only.
+
+    A reference model plays the target (its own references exclude the real target); the
+    threshold maximising accuracy on its members/non-members among non-audit, non-population
+    samples is returned. None when no reference has such samples or the attack cannot run on
+    the smaller reference set.
+    """
+    public = ~view.audit & ~view.population
+    for r in range(view.n_references):
+        known = view.reference_membership[r][public]
+        if known.all() or not known.any():
+            continue
+        shadow = view.as_shadow(r)
+        try:
+            scores = run_attack(name, shadow, **params).scores[public]
+        except AttackError:
+            return None
+        finite = ~np.isnan(scores)
+        if finite.sum() < 2 or known[finite].all() or not known[finite].any():
+            continue
+        return metrics.best_accuracy_threshold(scores[finite], known[finite])
+    return None
+
+
+def evaluate_bank(
+    bank: SignalBank,
+    target: int,
+    attacks: list[str],
+    attack_params: dict[str, dict[str, Any]] | None = None,
+    metric_cfg: MetricsConfig | None = None,
+    seed: int = 0,
+    train_seconds: list[float] | None = None,
+    thresholds: bool = True,
+    skip_unsupported: bool = False,
+    progress: bool = True,
+) -> AuditResult:
+    """Score every attack for `target` and evaluate it on the bank's audit samples.
+
+    With `skip_unsupported`, attacks the bank cannot support (no references, no channel, ...)
+    are listed in `meta["skipped"]` with the reason instead of failing the whole run.
+    `progress`: a bar over the attacks, naming the one running (see :mod:`miaudit.progress`).
+    """
+    metric_cfg = metric_cfg or MetricsConfig()
+    attack_params = attack_params or {}
+    for name in attacks:
+        get_attack(name)  # unknown names fail before any work
+    view = TargetView.of(bank, target)
+    members = bank.membership[target][bank.audit]
+    if members.all() or not members.any():
+        raise AttackError(
+            f"target {target} has {int(members.sum())} members among {members.size} audit "
+            "samples; evaluation needs both members and non-members. Check the membership "
+            "matrix and the audit mask."
+        )
+    outcomes = []
+    skipped: dict[str, str] = {}
+    # No rate or time left: it would be redrawn only between attacks, so stale while a
+    # scorer (whose own bar shows its epochs) trains.
+    names = progress_bar(len(attacks), "attacks", "attack", enabled=progress, iterable=attacks,
+                         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}")  # fmt: skip
+    for name in names:
+        names.set_postfix_str(name)  # which one is running: scorers take far longer than others
+        spec = get_attack(name)
+        params = attack_params.get(name, {})
+        if skip_unsupported:
+            try:
+                spec.needs.check(view, name)
+            except AttackError as exc:
+                skipped[name] = str(exc)
+                continue
+        result = run_attack(name, view, **params)
+        scores = result.scores[bank.audit]
+        started = time.perf_counter()
+        threshold = public_threshold(name, view, params) if thresholds else None
+        threshold_seconds = time.perf_counter() - started
+        metric = metrics.evaluate(
+            scores, members, fprs=metric_cfg.fprs, n_bootstrap=metric_cfg.bootstrap,
+            confidence=metric_cfg.confidence, seed=seed, threshold=threshold,
+            recalls=metric_cfg.recalls,
+        )
+        uses_references = any(
+            (spec.needs.out_references, spec.needs.in_references, spec.needs.shadows)
+        )
+        used = [target] + (list(view.reference_ids) if uses_references else [])
+        cost = {
+            "models": len(used),
+            "queries_per_sample": round(spec.queries_per_sample(view), 1),
+            "score_seconds": round(result.seconds, 4),
+        }
+        if thresholds:  # the attack run again with a reference as target (scorers retrain)
+            cost["threshold_seconds"] = round(threshold_seconds, 4)
+        if train_seconds is not None:
+            cost["train_seconds"] = round(float(sum(train_seconds[m] for m in used)), 2)
+        outcomes.append(AttackOutcome(name=name, scores=scores, metrics=metric, cost=cost))
+    return AuditResult(
+        indices=np.nonzero(bank.audit)[0], members=members, outcomes=outcomes,
+        meta={"target": target, "models": model_accuracies(bank), "skipped": skipped},
+    )

@@ -1,0 +1,117 @@
+"""A whole run: config checked, bank built, attacks evaluated, checkpoints audited, report
+written, all into a staging folder that becomes the run directory only on success."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from miaudit.attacks import get_attack
+from miaudit.config import RunConfig, dump_config
+from miaudit.io import StagedRunDir, write_text
+from miaudit.pipeline.bank import BuiltBank, build_bank
+from miaudit.pipeline.checkpoints import audit_checkpoints, markdown_table
+from miaudit.pipeline.evaluate import evaluate_bank
+from miaudit.pipeline.models import resolve_recipes
+from miaudit.report import format_table, write_report
+from miaudit.report.plots import calibration_figure
+from miaudit.results import AttackOutcome, AuditResult
+
+
+def run_dir_for(cfg: RunConfig) -> Path:
+    return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
+
+
+def _forgetting_outcomes(cfg: RunConfig, built: BuiltBank) -> list[AttackOutcome]:
+    """The calibration attacks again, with the forgetting copies as their references;
+    reported as `<attack>.forgetting`."""
+    names = [a for a in cfg.attacks if get_attack(a).family == "calibration"]
+    if built.forgetting_bank is None or not names:
+        return []
+    seconds = [built.models[built.design.target].train_seconds]
+    seconds += [tm.train_seconds for tm in built.forgetting]
+    result = evaluate_bank(
+        built.forgetting_bank, 0, names, cfg.attack_params, cfg.metrics, cfg.seed,
+        train_seconds=seconds, skip_unsupported=True,
+    )
+    for outcome in result.outcomes:
+        outcome.name = f"{outcome.name}.forgetting"
+    return result.outcomes
+
+
+def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[AuditResult, Path]:
+    """The whole audit; writes config.yaml, bank.npz and the report into the run directory.
+
+    The config is checked before any work; everything is written into a staging folder that
+    replaces the previous run's files only when this run succeeds (io.StagedRunDir), so a
+    failing or interrupted run leaves the previous one intact."""
+    for name in cfg.attacks:
+        get_attack(name)
+    resolve_recipes(cfg)  # a bad recipe field fails before the dataset loads
+    out = run_dir_for(cfg)
+    with StagedRunDir(out) as stage:
+        result, checkpoints = _run_into(cfg, stage, progress)
+    if echo:
+        print(format_table(result))
+        if checkpoints:
+            print("\ncheckpoints (target and references at the same position):\n"
+                  + markdown_table(checkpoints, cfg.metrics.fprs))
+        print(f"\nreport: {out / 'report.html'}")
+    return result, out
+
+
+def _run_into(
+    cfg: RunConfig, out: Path, progress: bool
+) -> tuple[AuditResult, list[dict[str, Any]] | None]:
+    """The work of `run`, written into `out` (the staging folder); the result and the
+    checkpoint rows (None without checkpoints)."""
+    write_text(out / "config.yaml", dump_config(cfg))
+    start = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    built = build_bank(cfg, progress)
+    built.bank.save(out / "bank.npz")
+    result = evaluate_bank(
+        built.bank, built.design.target, cfg.attacks, cfg.attack_params, cfg.metrics, cfg.seed,
+        train_seconds=[tm.train_seconds for tm in built.models], progress=progress,
+    )
+    result.outcomes += _forgetting_outcomes(cfg, built)
+    result.meta.update({
+        "recipes": resolve_recipes(cfg).describe(),
+        "run": cfg.name,
+        "seed": cfg.seed,
+        "dataset": built.dataset.name,
+        "dataset_source": built.dataset.source,
+        "dataset_notes": built.dataset.notes,
+        "design": cfg.design,
+        "n_models": built.design.n_models,
+        "forgetting_models": len(built.forgetting),
+        "queries": ", ".join(built.queries),
+        "audit_samples": int(built.bank.audit.sum()),
+        "models_trained": built.trained,
+        "models_from_cache": built.reused,
+        "train_wall_seconds": round(built.info["train_wall_seconds"], 1),
+        # what training them took originally (cached models keep their recorded seconds)
+        "train_seconds_original": round(
+            sum(tm.train_seconds for tm in [*built.models, *built.forgetting]), 1),
+        "target_privacy": getattr(built.models[built.design.target], "privacy", None),
+        "device": built.info["device"],
+        "seconds": round(time.perf_counter() - start, 1),
+        "config": cfg.to_dict(),
+    })
+    checkpoints = None
+    if built.models[built.design.target].checkpoints:
+        checkpoints = audit_checkpoints(cfg, built, result, out, progress)
+        result.meta["checkpoints"] = checkpoints
+    if built.design.notes:  # e.g. references trained on fewer rows than the target
+        result.meta["warnings"] = [*(result.meta.get("warnings") or []), *built.design.notes]
+    result.rows = built.design.split.rows[result.indices]  # the report names dataset rows
+    figure = calibration_figure(result)
+    written = ["config.yaml", "bank.npz"]
+    if checkpoints:
+        written += ["checkpoints.json", "checkpoints.md", "checkpoints"]
+    write_report(result, out, extra_figures={"calibration": figure} if figure else None,
+                 run_files=written)
+    return result, checkpoints

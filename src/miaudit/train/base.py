@@ -1,0 +1,131 @@
+"""What every trainer shares: the trained-model record, the epoch callback, seeds and RNG
+isolation, the learning-rate schedule, the optimizer, checkpoint snapshots and prediction.
+
+The trainers build on this layer one way: ``loop`` (one model; DP-SGD via ``dp``), ``stacked``
+(many models as one), ``parallel`` (worker processes), and ``trainer`` choosing among them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from miaudit.errors import ConfigError
+from miaudit.train.recipe import Recipe
+from miaudit.train.rows import ArrayLike
+
+
+@dataclass
+class TrainedModel:
+    """A trained network (in eval mode) and how it was made."""
+
+    module: nn.Module
+    recipe: Recipe
+    seed: int
+    train_seconds: float
+    samples_per_second: float
+    n_train: int = 0
+    num_classes: int = 0
+    input_shape: tuple[int, ...] = ()
+    losses: list[float] = field(default_factory=list)  # mean training loss of each epoch
+    from_cache: bool = False
+    # DP-SGD models only: epsilon_spent, delta, noise_multiplier, max_grad_norm, ... (dp.py)
+    privacy: dict | None = None
+    # A checkpoint of a longer run: the optimizer steps it had taken (None: the final model).
+    step: int | None = None
+    # Weights kept during training: {step: state dict on the CPU} (see checkpoints.py) ...
+    snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
+    # ... and, once the cache has made them models, {label (e.g. "epoch5"): model}.
+    checkpoints: dict[str, TrainedModel] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class EpochInfo:
+    """What an ``on_epoch_end`` callback receives. ``module`` is in train mode."""
+
+    epoch: int  # 1-based
+    epochs: int
+    loss: float  # mean training loss over the epoch
+    lr: float  # learning rate of the epoch's last step
+    module: nn.Module
+
+
+EpochCallback = Callable[[EpochInfo], None]
+# Job index and its finished model (train_models' on_model).
+ModelCallback = Callable[[int, TrainedModel], None]
+
+
+def lr_at(recipe: Recipe, step: int, total_steps: int) -> float:
+    """Learning rate of optimizer step ``step`` (0-based) out of ``total_steps``.
+
+    ``cosine`` decays per step from ``recipe.lr`` at step 0 to 0 at ``total_steps``.
+    """
+    if recipe.schedule == "constant" or total_steps <= 0:
+        return recipe.lr
+    frac = min(max(step, 0), total_steps) / total_steps
+    return recipe.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
+
+
+def make_optimizer(recipe: Recipe, params: Sequence[nn.Parameter]) -> torch.optim.Optimizer:
+    """The recipe's optimizer. SGD with ``momentum == 0`` is plain SGD (nesterov ignored)."""
+    if recipe.optimizer == "adam":
+        return torch.optim.Adam(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    return torch.optim.SGD(
+        params,
+        lr=recipe.lr,
+        momentum=recipe.momentum,
+        nesterov=recipe.nesterov and recipe.momentum > 0,
+        weight_decay=recipe.weight_decay,
+    )
+
+
+def derive_seeds(seed: int) -> tuple[int, int]:
+    """Independent (init/dropout, shuffle) seeds from one user seed."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}.")
+    init, shuffle = np.random.SeedSequence(int(seed)).generate_state(2, dtype=np.uint64)
+    return int(init), int(shuffle)
+
+
+@contextlib.contextmanager
+def isolated_rng(device: torch.device, seed: int) -> Iterator[None]:
+    """Seed torch's global RNGs for model init and dropout, restoring them afterwards."""
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)
+        yield
+
+
+def snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached CPU copy of ``module``'s state dict (a checkpoint's weights)."""
+    return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+
+
+def predict_logits(
+    module: nn.Module,
+    features: ArrayLike,
+    batch_size: int = 1024,
+    device: str | torch.device = "cpu",
+) -> np.ndarray:
+    """Logits float32 [N, C] of ``module`` (moved to ``device``) in eval mode, batched."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}.")
+    device = torch.device(device)
+    was_training = module.training
+    module.to(device).eval()
+    data = features if isinstance(features, torch.Tensor) else torch.as_tensor(features)
+    outs = []
+    try:
+        with torch.no_grad():
+            for lo in range(0, max(len(data), 1), batch_size):
+                xb = data[lo : lo + batch_size].to(device=device, dtype=torch.float32)
+                outs.append(module(xb).float().cpu())
+    finally:
+        module.train(was_training)
+    return torch.cat(outs).numpy().astype(np.float32, copy=False)
