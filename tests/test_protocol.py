@@ -2,7 +2,13 @@ import numpy as np
 import pytest
 
 from miaudit.errors import ConfigError
-from miaudit.protocol import balanced_membership, make_design, make_split
+from miaudit.protocol import (
+    balanced_membership,
+    design_names,
+    make_design,
+    make_split,
+    paired_membership,
+)
 
 
 def test_split_is_disjoint_seeded_and_sized():
@@ -107,3 +113,29 @@ def test_references_on_less_data_than_the_target_are_a_warning(caplog):
         design = make_design(split, 3, "offline", seed=0)
     assert len(design.notes) == 1 and "50 rows" in design.notes[0] and "150" in design.notes[0]
     assert design.notes[0] in caplog.text
+
+
+def test_paired_membership_gives_exact_halves_both_ways():
+    m = paired_membership(6, 40, seed=3)
+    assert m.shape == (6, 40)
+    assert (m.sum(axis=0) == 3).all() and (m.sum(axis=1) == 20).all()
+    np.testing.assert_array_equal(m, paired_membership(6, 40, seed=3))
+    assert not np.array_equal(m, paired_membership(6, 40, seed=4))
+    with pytest.raises(Exception, match="even"):
+        paired_membership(5, 40, seed=0)
+    with pytest.raises(Exception, match="even"):
+        paired_membership(4, 41, seed=0)
+
+
+def test_designs_are_a_registry_and_paired_halves_is_one():
+    assert {"online", "offline", "paired-halves"} <= set(design_names())
+    split = make_split(100, 40, 40, 20, seed=0)
+    design = make_design(split, 4, "paired-halves", seed=0)
+    pooled = design.membership[:, :80]
+    assert (pooled.sum(axis=0) == 2).all() and (pooled.sum(axis=1) == 40).all()
+    assert not design.membership[:, 80:].any()  # the population is never trained on
+    np.testing.assert_array_equal(pooled, paired_membership(4, 80, seed=0))
+    with pytest.raises(ConfigError, match="paired-halves"):
+        make_design(split, 4, "paired-halves", seed=0, members=10)
+    with pytest.raises(ConfigError, match="one of online, offline, paired-halves"):
+        make_design(split, 4, "halves", seed=0)

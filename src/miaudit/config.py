@@ -81,7 +81,7 @@ class RunConfig:
     seed: int = 0
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     split: SplitConfig = field(default_factory=SplitConfig)
-    design: str = "offline"  # offline | online (see miaudit.protocol)
+    design: str = "offline"  # offline | online | paired-halves (miaudit.protocol registry)
     models: int = 2  # target included
     target: int = 0
     # Named recipes {name: {Recipe fields}} that `recipe` / `reference_recipe` may name.
@@ -155,8 +155,10 @@ def _check_types(cfg: RunConfig) -> None:
     need(not isinstance(cfg.models, int) or 0 <= cfg.target < cfg.models,
          f"target is {cfg.target!r}, but the run has {cfg.models} models (0..{cfg.models - 1}); "
          "target is the index of the model attacked: set it in that range or raise models.")
-    need(cfg.design in ("online", "offline"),
-         f"design must be online or offline; got {cfg.design!r}.")
+    from miaudit.protocol import design_names
+
+    need(cfg.design in design_names(),
+         f"design must be one of {', '.join(design_names())}; got {cfg.design!r}.")
     _check_split_members(cfg)
     need(isinstance(cfg.attacks, list) and all(isinstance(a, str) for a in cfg.attacks),
          "attacks must be a list of attack names (see `miaudit attacks`).")

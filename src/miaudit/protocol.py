@@ -7,7 +7,7 @@ Every dataset row used by a run has exactly one role:
   thresholds and scorers are fitted here);
 - population: attacker-owned data no model trains on (RMIA's z samples; never evaluated).
 
-Two membership designs:
+Membership designs, registered by name (:func:`register_design`; ``design:`` in a run config):
 
 - ``online`` (LiRA's balanced design): every audit and public sample is IN for exactly half of
   the M models, so any model can serve as target with the others as IN/OUT references;
@@ -16,18 +16,27 @@ Two membership designs:
   every audit sample. With ``members`` (``split.members``), the target trains on that many
   audit rows instead (more non-members than members) and each reference on as many random
   public rows, so references train on as much data as the target.
+- ``paired-halves``: every sample IN for exactly half of the models *and* every model IN on
+  exactly half of the samples (the generalization study's many-model banks: equal training
+  sets train stacked).
+
+A design and the models' signals make a bank in one place: :meth:`Design.bank`
+(:mod:`miaudit.signals.assemble`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from miaudit.errors import ConfigError
+from miaudit.signals.assemble import Signals, assemble_bank
+from miaudit.signals.bank import SignalBank
 
-DESIGNS = ("online", "offline")
 log = logging.getLogger(__name__)
 
 
@@ -72,6 +81,12 @@ class Design:
     def training_rows(self, model: int) -> np.ndarray:
         """Dataset row indices model `model` trains on (sorted)."""
         return np.sort(self.split.rows[self.membership[model]])
+
+    def bank(self, signals: Signals, labels: np.ndarray) -> SignalBank:
+        """The bank of the design's models' ``signals`` (queried on ``split.rows``);
+        ``labels`` are the dataset's [n_rows]."""
+        return assemble_bank(signals, np.asarray(labels)[self.split.rows], self.membership,
+                             self.audit_mask(), self.population_mask())
 
 
 def _resolve_size(value: float | int, total: int, name: str) -> int:
@@ -150,69 +165,143 @@ def _random_subsets(n_models: int, n_samples: int, size: int, rng: np.random.Gen
     return membership
 
 
+@dataclass(frozen=True)
+class DesignSpec:
+    """A registered membership design: ``draw(split, n_models, target, members, seed)``
+    returns the membership bool [M, len(split.rows)] and notes for the run's warnings."""
+
+    name: str
+    description: str
+    draw: Callable[..., tuple[np.ndarray, list[str]]]
+
+
+_DESIGNS: dict[str, DesignSpec] = {}
+
+
+def register_design(name: str, description: str) -> Callable[[Callable], Callable]:
+    """Register a membership design under ``name`` (run configs name it in ``design:``)."""
+
+    def decorate(draw: Callable) -> Callable:
+        if name in _DESIGNS:
+            raise ValueError(f"design {name!r} is already registered")
+        _DESIGNS[name] = DesignSpec(name, description, draw)
+        return draw
+
+    return decorate
+
+
+def design_names() -> list[str]:
+    return list(_DESIGNS)
+
+
 def make_design(
     split: Split, n_models: int, kind: str, seed: int, target: int = 0,
     members: float | int | None = None,
 ) -> Design:  # fmt: skip
-    """Membership of `n_models` models (target included) over the split's rows.
+    """Membership of `n_models` models (target included) over the split's rows, drawn by the
+    registered design `kind` (``online``, ``offline``, ``paired-halves``).
 
     `members` (offline only): how many audit rows the target trains on (a count or a fraction
     of the audit pool; None: a random half); each reference then trains on as many random
     public rows."""
-    if kind not in DESIGNS:
-        raise ConfigError(f"design must be one of {DESIGNS}; got '{kind}'.")
+    if kind not in _DESIGNS:
+        raise ConfigError(f"design must be one of {', '.join(_DESIGNS)}; got '{kind}'.")
     if n_models < 1:
         raise ConfigError("models must be at least 1 (the target).")
     if not 0 <= target < n_models:
         raise ConfigError(f"target must be in 0..{n_models - 1}; got {target}.")
     if members is not None and kind != "offline":
-        raise ConfigError("split.members sets the target's training rows of the offline design; "
-                          "the online design trains every model on half of every sample: "
+        raise ConfigError(f"split.members sets the target's training rows of the offline design; "
+                          f"the {kind} design trains every model on half of every sample: "
                           "remove split.members or use design: offline.")
-    rng = np.random.default_rng([seed, 2])
-    n_audit, n_public = split.audit.size, split.public.size
-    notes: list[str] = []
-    n_rows = split.rows.size
-    membership = np.zeros((n_models, n_rows), dtype=bool)
-    if kind == "online":
-        if n_models < 2:
-            raise ConfigError("the online design needs at least 2 models (target + 1 reference).")
-        membership[:, : n_audit + n_public] = balanced_membership(
-            n_models, n_audit + n_public, rng
-        )
-    else:
-        if n_models > 1 and n_public < 2:
-            raise ConfigError(
-                "the offline design trains reference models on the public pool; "
-                "give split.public at least 2 samples (e.g. as many as split.audit)."
-            )
-        others = [m for m in range(n_models) if m != target]
-        if members is None:  # today's draw, kept bit-identical (model cache keys depend on it)
-            membership[target, :n_audit] = random_halves(1, n_audit, rng)[0]
-            if others:
-                membership[others, n_audit : n_audit + n_public] = random_halves(
-                    len(others), n_public, rng
-                )
-            if others and n_public // 2 < n_audit // 2:
-                notes.append(_small_references(n_public // 2, n_audit // 2))
-        else:
-            size = resolve_members(members, n_audit)
-            if others and n_public <= size:
-                raise ConfigError(
-                    f"split.members: the target trains on {size} rows, so each reference model "
-                    f"needs {size} rows of the public pool and some left out, but split.public "
-                    f"has {n_public}. Give split.public more than {size} rows, or lower "
-                    "split.members."
-                )
-            membership[target, :n_audit] = _random_subsets(1, n_audit, size, rng)[0]
-            if others:
-                membership[others, n_audit : n_audit + n_public] = _random_subsets(
-                    len(others), n_public, size, rng
-                )
+    membership, notes = _DESIGNS[kind].draw(split, n_models, target, members, seed)
     for note in notes:
         log.warning(note)
     return Design(split=split, membership=membership, kind=kind, target=target,
                   notes=tuple(notes))
+
+
+@register_design("online", "LiRA's balanced design: every audit and public sample IN for "
+                           "exactly half of the models")
+def _online(split: Split, n_models: int, target: int, members: Any, seed: int
+            ) -> tuple[np.ndarray, list[str]]:
+    if n_models < 2:
+        raise ConfigError("the online design needs at least 2 models (target + 1 reference).")
+    n = split.audit.size + split.public.size
+    membership = np.zeros((n_models, split.rows.size), dtype=bool)
+    membership[:, :n] = balanced_membership(n_models, n, np.random.default_rng([seed, 2]))
+    return membership, []
+
+
+@register_design("offline", "the target on a random half (or split.members) of the audit "
+                            "pool, each reference on its own random subset of the public pool")
+def _offline(split: Split, n_models: int, target: int, members: float | int | None, seed: int
+             ) -> tuple[np.ndarray, list[str]]:
+    rng = np.random.default_rng([seed, 2])
+    n_audit, n_public = split.audit.size, split.public.size
+    notes: list[str] = []
+    membership = np.zeros((n_models, split.rows.size), dtype=bool)
+    if n_models > 1 and n_public < 2:
+        raise ConfigError(
+            "the offline design trains reference models on the public pool; "
+            "give split.public at least 2 samples (e.g. as many as split.audit)."
+        )
+    others = [m for m in range(n_models) if m != target]
+    if members is None:  # today's draw, kept bit-identical (model cache keys depend on it)
+        membership[target, :n_audit] = random_halves(1, n_audit, rng)[0]
+        if others:
+            membership[others, n_audit : n_audit + n_public] = random_halves(
+                len(others), n_public, rng
+            )
+        if others and n_public // 2 < n_audit // 2:
+            notes.append(_small_references(n_public // 2, n_audit // 2))
+    else:
+        size = resolve_members(members, n_audit)
+        if others and n_public <= size:
+            raise ConfigError(
+                f"split.members: the target trains on {size} rows, so each reference model "
+                f"needs {size} rows of the public pool and some left out, but split.public "
+                f"has {n_public}. Give split.public more than {size} rows, or lower "
+                "split.members."
+            )
+        membership[target, :n_audit] = _random_subsets(1, n_audit, size, rng)[0]
+        if others:
+            membership[others, n_audit : n_audit + n_public] = _random_subsets(
+                len(others), n_public, size, rng
+            )
+    return membership, notes
+
+
+def paired_membership(n_models: int, n_samples: int, seed: int) -> np.ndarray:
+    """bool [M, N]: every sample IN for exactly M/2 models, every model IN on exactly N/2.
+
+    Samples are paired at random; the first of each pair is IN for a random half of the
+    models (LiRA's balanced design) and the second for the other half. Equal training-set
+    sizes let the stacked trainer train all M models at once.
+    """
+    if n_models < 2 or n_models % 2:
+        raise ConfigError(f"models must be an even number >= 2 (exact halves), got {n_models}.")
+    if n_samples < 4 or n_samples % 2:
+        raise ConfigError(f"pool must be an even number of samples >= 4, got {n_samples}.")
+    rng = np.random.default_rng([seed, 2002])
+    order = rng.permutation(n_samples)
+    first, second = order[: n_samples // 2], order[n_samples // 2 :]
+    half = balanced_membership(n_models, n_samples // 2, rng)
+    membership = np.zeros((n_models, n_samples), dtype=bool)
+    membership[:, first] = half
+    membership[:, second] = ~half
+    return membership
+
+
+@register_design("paired-halves", "exact halves: every audit and public sample IN for exactly "
+                                  "half of the models and every model IN on exactly half of "
+                                  "them (even counts; stacks, see paired_membership)")
+def _paired_halves(split: Split, n_models: int, target: int, members: Any, seed: int
+                   ) -> tuple[np.ndarray, list[str]]:
+    n = split.audit.size + split.public.size
+    membership = np.zeros((n_models, split.rows.size), dtype=bool)
+    membership[:, :n] = paired_membership(n_models, n, seed)
+    return membership, []
 
 
 def _small_references(ref_rows: int, target_rows: int) -> str:

@@ -12,7 +12,6 @@ from miaudit.studies import generalization_summary as summary
 from miaudit.studies.generalization_bank import (
     ROC_FPRS,
     model_stats,
-    paired_membership,
     tpr_column,
 )
 from miaudit.studies.generalization_paper import AUGMENTATION_STEPS, PAPER_AUGMENTATION
@@ -31,18 +30,6 @@ TINY = {  # digits, 4 MLPs per bank on exact halves of 300 samples: seconds per 
     "knowledge": {"techniques": ["Mirror"]},
     "many_model": {"recipes": 2, "knobs": TINY_KNOBS},
 }
-
-
-def test_paired_membership_gives_exact_halves_both_ways():
-    m = paired_membership(6, 40, seed=3)
-    assert m.shape == (6, 40)
-    assert (m.sum(axis=0) == 3).all() and (m.sum(axis=1) == 20).all()
-    np.testing.assert_array_equal(m, paired_membership(6, 40, seed=3))
-    assert not np.array_equal(m, paired_membership(6, 40, seed=4))
-    with pytest.raises(Exception, match="even"):
-        paired_membership(5, 40, seed=0)
-    with pytest.raises(Exception, match="even"):
-        paired_membership(4, 41, seed=0)
 
 
 def test_model_stats_by_hand():

@@ -4,7 +4,6 @@ cannot support, each with the reason, read from the attacks' `Needs` declaration
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +16,8 @@ from miaudit.audit.references import References
 from miaudit.audit.sources import Target
 from miaudit.errors import ConfigError, DataError
 from miaudit.signals import SignalBank
-from miaudit.signals.boundary import boundary_channels
-from miaudit.signals.query import per_sample_grad_norms, query_logits
+from miaudit.signals.assemble import SignalSpec, assemble_bank, query_signals
+from miaudit.signals.query import query_logits
 
 log = logging.getLogger(__name__)
 
@@ -193,51 +192,21 @@ def build_audit_bank(
         population_reason = ("needs population samples (public rows no model trains on): give "
                              "public data and a public.population fraction > 0")
     rows = np.arange(n_rows)
-    start = time.perf_counter()
-    if target.kind == "outputs":
-        target_logits = _target_logits(target, data, n_rows)
-        ref_logits = query_logits(refs.modules, data.features, rows, queries, data.kind, device,
-                                  cfg.signals.batch_size, progress) if refs.modules else None
-        logits = target_logits[None] if ref_logits is None else np.concatenate(
-            [target_logits[None], ref_logits])
-    else:
-        logits = query_logits([target.module, *refs.modules], data.features, rows, queries,
-                              data.kind, device, cfg.signals.batch_size, progress)
+    target_model = (_target_logits(target, data, n_rows) if target.kind == "outputs"
+                    else target.module)
+    spec = SignalSpec(queries=tuple(queries), grad_norm=cfg.signals.grad_norm is not False,
+                      boundary_distance=cfg.signals.boundary_distance,
+                      batch_size=cfg.signals.batch_size, seed=cfg.seed)
+    signals = query_signals([target_model, *refs.modules], data.features, data.labels, rows,
+                            data.kind, spec, device, progress, white_box=target.kind == "torch",
+                            black_box_reason=_BLACK_BOX.get(target.kind, ""))  # fmt: skip
+    logits, seconds, missing = signals.logits, signals.seconds, signals.missing
+    if target.kind != "outputs":
         probe = logits[0, : data.n_audit, 0].astype(np.float64)
         if target.kind == "torch" and (probe >= 0).all() and np.allclose(probe.sum(1), 1, 1e-3):
             notes.append("the module's outputs look like probabilities, not logits; the bank "
                          "reads them as logits: return logits (or log-probabilities) instead")
-    seconds = {"query_seconds": time.perf_counter() - start}
-    models = [target.module, *refs.modules]
     labels = data.labels[:n_rows]
-    channels: dict[str, np.ndarray] = {}
-    missing: dict[str, str] = {}
-    if target.kind != "torch":
-        missing["grad_norm"] = ("needs per-sample gradients of the loss (white-box access to a "
-                                f"PyTorch model); {_BLACK_BOX[target.kind]}")
-    elif cfg.signals.grad_norm is False:
-        missing["grad_norm"] = "per-sample gradient norms are off (signals.grad_norm: false)"
-    else:
-        start = time.perf_counter()
-        try:
-            channels["grad_norm"] = np.stack([
-                per_sample_grad_norms(m, data.features, labels, rows, device) for m in models])
-        except Exception as exc:  # a module torch.func cannot vectorise over samples
-            log.warning("per-sample gradient norms failed: %s", exc)
-            missing["grad_norm"] = f"per-sample gradients failed on this module: {exc}"
-        seconds["grad_norm_seconds"] = time.perf_counter() - start
-    if not target.queryable:
-        missing["boundary_distance"] = ("needs label queries at new inputs (HopSkipJump "
-                                        "search); precomputed outputs cannot be queried")
-    elif not cfg.signals.boundary_distance:
-        missing["boundary_distance"] = (
-            "boundary distances are off by default: the HopSkipJump search costs about 1,100 "
-            "model queries per sample and model; set signals.boundary_distance: true")
-    else:
-        start = time.perf_counter()
-        channels.update(boundary_channels(
-            models, data.features, labels, rows, seed=cfg.seed, device=device))
-        seconds["boundary_seconds"] = time.perf_counter() - start
     n_models = logits.shape[0]
     membership = np.zeros((n_models, n_rows), dtype=bool)
     membership[0, : data.n_audit] = data.members
@@ -248,8 +217,7 @@ def build_audit_bank(
     population = np.zeros(n_rows, dtype=bool)
     if population_reason is None:
         population[data.n_audit + data.n_pool:] = True
-    bank = SignalBank(logits=logits, labels=labels, membership=membership,
-                      population=population, audit=audit, channels=channels)
+    bank = assemble_bank(signals, labels, membership, audit, population)
     fit, mismatch, note = check_inputs(cfg, target, refs, data, bank, device)
     notes += [n for n in (mismatch, note) if n]
     return AuditBank(bank, missing, population_reason, notes, seconds, fit, mismatch)

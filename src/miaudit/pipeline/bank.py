@@ -17,9 +17,13 @@ from miaudit.devices import resolve_device
 from miaudit.pipeline.models import forgetting_models, train_design
 from miaudit.protocol import Design, make_design, make_split
 from miaudit.signals import SignalBank
-from miaudit.signals.boundary import boundary_channels
-from miaudit.signals.defences import apply_defence
-from miaudit.signals.query import augmented_queries, per_sample_grad_norms, query_logits
+from miaudit.signals.assemble import (
+    SignalSpec,
+    assemble_bank,
+    query_signals,
+    require_channels,
+)
+from miaudit.signals.query import augmented_queries
 from miaudit.train import ModelCache, TrainedModel
 from miaudit.train.cache import default_cache_dir
 
@@ -75,52 +79,36 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     )
 
 
+def signal_spec(cfg: RunConfig, queries: list[str]) -> SignalSpec:
+    """The run config's signals section as the assembly's spec."""
+    return SignalSpec(queries=tuple(queries), grad_norm=cfg.signals.grad_norm,
+                      boundary_distance=cfg.signals.boundary_distance,
+                      defence=cfg.signals.defence, batch_size=cfg.signals.batch_size,
+                      seed=cfg.seed)
+
+
 def query_bank(
     cfg: RunConfig, dataset: Dataset, design: Design, models: list[TrainedModel],
     copies: list[TrainedModel], queries: list[str], device: str, progress: bool,
 ) -> tuple[SignalBank, SignalBank | None]:  # fmt: skip
     """Query the design's ``models`` (and forgetting ``copies``) on every sample of the split:
     the bank, and the forgetting bank (None without copies)."""
-    rows = design.split.rows
     everyone = models + copies
-    logits = query_logits(
-        [tm.module for tm in everyone], dataset.features, rows, queries, dataset.kind, device,
-        cfg.signals.batch_size, progress,
+    signals = query_signals(
+        [tm.module for tm in everyone], dataset.features, dataset.labels, design.split.rows,
+        dataset.kind, signal_spec(cfg, queries), device, progress,
     )
-    # The attacker sees the defended outputs; white-box channels come from the model itself.
-    logits = apply_defence(logits, cfg.signals.defence)
-    channels = {}
-    if cfg.signals.boundary_distance:
-        channels.update(boundary_channels(
-            [tm.module for tm in everyone], dataset.features, dataset.labels, rows,
-            seed=cfg.seed, device=device,
-        ))
-    if cfg.signals.grad_norm:
-        channels["grad_norm"] = np.stack(
-            [per_sample_grad_norms(tm.module, dataset.features, dataset.labels, rows, device)
-             for tm in everyone]
-        )
+    require_channels(signals, signal_spec(cfg, queries))
     n = design.n_models
-    bank = SignalBank(
-        logits=logits[:n],
-        labels=dataset.labels[rows],
-        membership=design.membership,
-        population=design.population_mask(),
-        audit=design.audit_mask(),
-        channels={k: v[:n] for k, v in channels.items()},
-    )
+    bank = design.bank(signals.take(range(n)), dataset.labels)
     forgetting_bank = None
     if copies:
         # target first, then its copies: OUT for every audit sample, IN on the public pool
         public = ~design.audit_mask() & ~design.population_mask()
-        forgetting_bank = SignalBank(
-            logits=np.concatenate([logits[[design.target]], logits[n:]]),
-            labels=bank.labels,
-            membership=np.vstack([design.membership[[design.target]],
-                                  np.repeat(public[None], len(copies), axis=0)]),
-            population=bank.population,
-            audit=bank.audit,
-            channels={k: np.concatenate([v[[design.target]], v[n:]])
-                      for k, v in channels.items()},
+        membership = np.vstack([design.membership[[design.target]],
+                                np.repeat(public[None], len(copies), axis=0)])
+        forgetting_bank = assemble_bank(
+            signals.take([design.target, *range(n, len(everyone))]), bank.labels, membership,
+            bank.audit, bank.population,
         )
     return bank, forgetting_bank

@@ -1,14 +1,17 @@
 """Banks of the generalization study ("Generalization and Membership Inference Attack: a
 Practical Perspective"): one fixed pool, M models on exact halves of it.
 
-Why the study builds its banks here rather than through ``pipeline.build_bank``:
+Its banks come from the one assembly every run uses (the ``paired-halves`` design of
+:mod:`miaudit.protocol`, :mod:`miaudit.signals.assemble`); what the study does beyond a
+pipeline run is which models it trains and which it puts together in a bank:
 
-- *Exact halves.* The pipeline's online design makes every sample IN for half of the models,
-  but a model's training-set size then varies (2,027 vs 1,981 rows of a 4,000 pool), and the
-  stacked trainer only stacks equal sizes. :func:`paired_membership` pairs the samples and
-  gives each model exactly one of every pair: every sample is IN for exactly M/2 models and
-  every model trains on exactly P/2 rows, so the M models of a recipe train stacked (~2x
-  faster for the many-model study's MLPs).
+- *Exact halves.* The online design makes every sample IN for half of the models, but a
+  model's training-set size then varies (2,027 vs 1,981 rows of a 4,000 pool), and the stacked
+  trainer only stacks equal sizes. The ``paired-halves`` design
+  (:func:`miaudit.protocol.paired_membership`) pairs the samples and gives each model exactly
+  one of every pair: every sample is IN for exactly M/2 models and every model trains on
+  exactly P/2 rows, so the M models of a recipe train stacked (~2x faster for the many-model
+  study's MLPs).
 - *Fixed training sets.* Model ``m`` trains on the same rows, with the same seed, under every
   recipe: across the study's cells, the models with index ``m`` form one fixed training set
   trained under varied recipes (the paper's §IV-C control), and the M models of a bank are each
@@ -34,11 +37,10 @@ import numpy as np
 from miaudit.config import MetricsConfig
 from miaudit.data import Dataset, load_dataset
 from miaudit.devices import resolve_device
-from miaudit.errors import ConfigError
 from miaudit.pipeline.evaluate import evaluate_bank
-from miaudit.protocol import balanced_membership, make_split
+from miaudit.protocol import make_design, make_split
 from miaudit.signals import SignalBank
-from miaudit.signals.query import query_logits
+from miaudit.signals.assemble import Signals, SignalSpec, assemble_bank, query_signals
 from miaudit.train import CheckpointSpec, ModelCache, Recipe, TrainedModel
 from miaudit.train.cache import default_cache_dir
 
@@ -69,33 +71,13 @@ class Pool:
         return np.sort(self.rows[self.membership[model]])
 
 
-def paired_membership(n_models: int, n_samples: int, seed: int) -> np.ndarray:
-    """bool [M, N]: every sample IN for exactly M/2 models, every model IN on exactly N/2.
-
-    Samples are paired at random; the first of each pair is IN for a random half of the
-    models (LiRA's balanced design) and the second for the other half.
-    """
-    if n_models < 2 or n_models % 2:
-        raise ConfigError(f"models must be an even number >= 2 (exact halves), got {n_models}.")
-    if n_samples < 4 or n_samples % 2:
-        raise ConfigError(f"pool must be an even number of samples >= 4, got {n_samples}.")
-    rng = np.random.default_rng([seed, 2002])
-    order = rng.permutation(n_samples)
-    first, second = order[: n_samples // 2], order[n_samples // 2 :]
-    half = balanced_membership(n_models, n_samples // 2, rng)
-    membership = np.zeros((n_models, n_samples), dtype=bool)
-    membership[:, first] = half
-    membership[:, second] = ~half
-    return membership
-
-
 def make_pool(params: Mapping[str, Any]) -> Pool:
     """The pool of a cell's params (``dataset``, ``pool``, ``models``, ``seed``, ``queries``,
     ``device``): the same rows and membership for every cell with the same values."""
     dataset = load_dataset(params["dataset"])
     seed = int(params["seed"])
     split = make_split(len(dataset), int(params["pool"]), 0, 0, seed)
-    membership = paired_membership(int(params["models"]), len(split.audit), seed)
+    membership = make_design(split, int(params["models"]), "paired-halves", seed).membership
     queries = params.get("queries") or (["plain", "mirror"] if dataset.kind == "image"
                                         else ["plain"])
     return Pool(
@@ -130,16 +112,17 @@ def train_pool(
 
 def query_pool(pool: Pool, models: Sequence[TrainedModel]) -> np.ndarray:
     """Logits float32 [M, P, Q, C] of the models on the pool."""
-    return query_logits([tm.module for tm in models], pool.dataset.features, pool.rows,
-                        list(pool.queries), pool.dataset.kind, pool.device, 1024, False)
+    spec = SignalSpec(queries=pool.queries)
+    return query_signals([tm.module for tm in models], pool.dataset.features,
+                         pool.dataset.labels, pool.rows, pool.dataset.kind, spec, pool.device,
+                         progress=False).logits
 
 
 def make_bank(pool: Pool, logits: np.ndarray) -> SignalBank:
     """The bank of the pool: every sample audited, no population."""
     n = len(pool.rows)
-    return SignalBank(logits=logits, labels=pool.dataset.labels[pool.rows],
-                      membership=pool.membership, population=np.zeros(n, dtype=bool),
-                      audit=np.ones(n, dtype=bool))
+    return assemble_bank(Signals(logits), pool.dataset.labels[pool.rows], pool.membership,
+                         audit=np.ones(n, dtype=bool), population=np.zeros(n, dtype=bool))
 
 
 def mixed_bank(target_logits: np.ndarray, reference_logits: np.ndarray, target: int,

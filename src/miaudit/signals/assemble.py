@@ -1,0 +1,152 @@
+"""One way from models to a signal bank, for every caller (a run, an audit, the studies).
+
+:func:`query_signals` queries the models on the bank's rows (each model a PyTorch module, or
+the precomputed outputs of a black box), applies the output defence the attacker sees, and
+computes the extra channels the spec asks for; a channel it cannot compute is recorded with
+the reason (:attr:`Signals.missing`), never silently dropped. :func:`assemble_bank` lays the
+signals out with a membership design (:mod:`miaudit.protocol`'s registry) as a
+:class:`~miaudit.signals.SignalBank`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from miaudit.errors import ConfigError
+from miaudit.signals.bank import SignalBank
+from miaudit.signals.boundary import boundary_channels
+from miaudit.signals.defences import apply_defence
+from miaudit.signals.query import per_sample_grad_norms, query_logits
+
+log = logging.getLogger(__name__)
+
+# The config switch of each extra channel, for the messages of a missing one.
+CHANNEL_SWITCHES = {"grad_norm": "signals.grad_norm", "boundary_distance":
+                    "signals.boundary_distance"}
+
+
+@dataclass(frozen=True)
+class SignalSpec:
+    """What to ask the models: the queries (``plain``, ``mirror``, ``crop-flip-K``), the extra
+    channels, the output defence the attacker sees, the batch size, and the seed of the
+    HopSkipJump search."""
+
+    queries: tuple[str, ...] = ("plain",)
+    grad_norm: bool = False
+    boundary_distance: bool = False
+    defence: str | dict[str, Any] | None = None
+    batch_size: int = 1024
+    seed: int = 0
+
+
+@dataclass
+class Signals:
+    """What the models answered: logits float32 [M, N, Q, C] (defended), channels [M, N],
+    the channels asked for but absent with why, and seconds per step."""
+
+    logits: np.ndarray
+    channels: dict[str, np.ndarray] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def take(self, models: Sequence[int]) -> Signals:
+        """The signals of ``models`` only (bank order as given)."""
+        pick = list(models)
+        return Signals(self.logits[pick], {k: v[pick] for k, v in self.channels.items()},
+                       dict(self.missing), dict(self.seconds))
+
+
+Model = torch.nn.Module | np.ndarray  # a module to query, or its logits [N, Q, C] on the rows
+
+
+def query_signals(
+    models: Sequence[Model], features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
+    kind: str, spec: SignalSpec, device: str = "cpu", progress: bool = True,
+    *, white_box: bool = True, black_box_reason: str = "",
+) -> Signals:  # fmt: skip
+    """Every model's signals on dataset rows ``rows`` (bank order).
+
+    A model is a module (queried here) or an array of its logits [len(rows), Q, C] (a black
+    box's precomputed outputs). ``white_box`` says whether the modules' parameters may be used
+    (per-sample gradients); ``black_box_reason`` says why not, for the missing-channel record.
+    Channels need every model as a module: otherwise they are missing, with the reason.
+    """
+    queries = list(spec.queries)
+    modules = [m for m in models if isinstance(m, torch.nn.Module)]
+    start = time.perf_counter()
+    queried = (query_logits(modules, features, rows, queries, kind, device, spec.batch_size,
+                            progress) if modules else None)  # fmt: skip
+    parts, k = [], 0
+    for model in models:
+        if isinstance(model, torch.nn.Module):
+            parts.append(queried[k])
+            k += 1
+        else:
+            given = np.asarray(model, dtype=np.float32)
+            if given.shape[:2] != (len(rows), len(queries)):
+                raise ConfigError(
+                    f"precomputed outputs have shape {given.shape}; expected ({len(rows)}, "
+                    f"{len(queries)}, classes): one row per bank row and query."
+                )
+            parts.append(given)
+    # The attacker sees the defended outputs; white-box channels come from the model itself.
+    logits = apply_defence(np.stack(parts), spec.defence)
+    seconds = {"query_seconds": time.perf_counter() - start}
+    channels: dict[str, np.ndarray] = {}
+    missing: dict[str, str] = {}
+    all_modules = len(modules) == len(models)
+    # What cannot be computed is said first (no switch would help), then what is off.
+    if not (white_box and all_modules):
+        why = f"; {black_box_reason}" if black_box_reason else ""
+        missing["grad_norm"] = ("needs per-sample gradients of the loss (white-box access to "
+                                f"a PyTorch model){why}")
+    elif not spec.grad_norm:
+        missing["grad_norm"] = "per-sample gradient norms are off (signals.grad_norm: false)"
+    else:
+        start = time.perf_counter()
+        try:
+            channels["grad_norm"] = np.stack(
+                [per_sample_grad_norms(m, features, labels, rows, device) for m in modules])
+        except Exception as exc:  # a module torch.func cannot vectorise over samples
+            log.warning("per-sample gradient norms failed: %s", exc)
+            missing["grad_norm"] = f"per-sample gradients failed on this module: {exc}"
+        seconds["grad_norm_seconds"] = time.perf_counter() - start
+    if not all_modules:
+        missing["boundary_distance"] = ("needs label queries at new inputs (HopSkipJump "
+                                        "search); precomputed outputs cannot be queried")
+    elif not spec.boundary_distance:
+        missing["boundary_distance"] = (
+            "boundary distances are off by default: the HopSkipJump search costs about 1,100 "
+            "model queries per sample and model; set signals.boundary_distance: true")
+    else:
+        start = time.perf_counter()
+        channels.update(boundary_channels(modules, features, labels, rows, seed=spec.seed,
+                                          device=device))  # fmt: skip
+        seconds["boundary_seconds"] = time.perf_counter() - start
+    return Signals(logits, channels, missing, seconds)
+
+
+def assemble_bank(
+    signals: Signals, labels: np.ndarray, membership: np.ndarray, audit: np.ndarray,
+    population: np.ndarray,
+) -> SignalBank:  # fmt: skip
+    """The bank of ``signals`` under a membership design: ``labels`` [N] of the bank rows,
+    ``membership`` bool [M, N], ``audit`` and ``population`` masks [N]."""
+    return SignalBank(logits=signals.logits, labels=labels, membership=membership,
+                      population=population, audit=audit, channels=dict(signals.channels))
+
+
+def require_channels(signals: Signals, spec: SignalSpec) -> None:
+    """ConfigError when a channel the spec asks for could not be computed (a run that asked
+    for it must not go on without it)."""
+    for name, switch in CHANNEL_SWITCHES.items():
+        if getattr(spec, name) and name not in signals.channels:
+            raise ConfigError(f"{switch} is on but the channel could not be computed: "
+                              f"{signals.missing.get(name, 'unknown reason')}.")
