@@ -8,13 +8,13 @@ from scipy import stats
 
 from miaudit.signals import SignalBank
 from miaudit.studies import generalization as gen
-from miaudit.studies import generalization_summary as summary
-from miaudit.studies.generalization_bank import (
+from miaudit.studies.generalization import report as summary
+from miaudit.studies.generalization.bank import (
     ROC_FPRS,
     model_stats,
     tpr_column,
 )
-from miaudit.studies.generalization_paper import AUGMENTATION_STEPS, PAPER_AUGMENTATION
+from miaudit.studies.generalization.paper import AUGMENTATION_STEPS, PAPER_AUGMENTATION
 from miaudit.studies.registry import get_study, resolve_config, run_study
 from miaudit.studies.sweep import StudyError
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from miaudit.studies.rapid import SETUPS, cells, settings, work
-from miaudit.studies.rapid_report import PAPER_NUMBERS, paper_table, summarize
+from miaudit.studies.rapid.report import PAPER_NUMBERS, paper_table, summarize
 from miaudit.studies.registry import get_study, resolve_config
 from miaudit.studies.sweep import Cell, StudyError, build_table
 

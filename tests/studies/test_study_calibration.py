@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from miaudit.config import config_from_dict
-from miaudit.studies import calibration_config
-from miaudit.studies.calibration_paper import COLUMNS, TABLE2_AUC, TABLE3_ACC
-from miaudit.studies.calibration_report import score_table
-from miaudit.studies.evaluation import subsample_members
+from miaudit.studies.calibration import config as calibration_config
+from miaudit.studies.calibration.evaluation import subsample_members
+from miaudit.studies.calibration.paper import COLUMNS, TABLE2_AUC, TABLE3_ACC
+from miaudit.studies.calibration.report import score_table
 from miaudit.studies.registry import get_study, resolve_config, run_study
 from miaudit.studies.sweep import StudyError
 

@@ -14,8 +14,8 @@ import pandas as pd
 
 from miaudit.io import write_text
 from miaudit.studies.registry import register_study
-from miaudit.studies.report import markdown_table
 from miaudit.studies.sweep import Cell
+from miaudit.studies.tables import markdown_table
 
 
 def run_config(params: dict[str, Any]) -> dict[str, Any]:

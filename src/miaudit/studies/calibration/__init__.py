@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from miaudit.studies.calibration_config import (
+from miaudit.studies.calibration.config import (
     CONFIGS,
     CURVE_ATTACKS,
     SCORES,
@@ -111,19 +111,19 @@ def cells(config: dict[str, Any]) -> list[Cell]:
 
 
 def work(cell: Cell) -> list[dict[str, Any]]:
-    """Build the cell's bank through the pipeline and evaluate it (see calibration_work)."""
-    from miaudit.studies import calibration_work
+    """Build the cell's bank through the pipeline and evaluate it (see .rows)."""
+    from miaudit.studies.calibration import rows as calibration_rows
 
     params = cell.params
-    runners = {"main": calibration_work.main_rows, "size": calibration_work.size_rows,
-               "refs": calibration_work.refs_rows, "dp": calibration_work.dp_rows}
+    runners = {"main": calibration_rows.main_rows, "size": calibration_rows.size_rows,
+               "refs": calibration_rows.refs_rows, "dp": calibration_rows.dp_rows}
     if params["kind"] not in runners:
         raise StudyError(f"unknown calibration cell kind {params['kind']!r}.")
     return runners[params["kind"]](params)
 
 
 def summarize(table: Any, study_dir: Any) -> None:
-    from miaudit.studies.calibration_report import write_summary
+    from miaudit.studies.calibration.report import write_summary
 
     write_summary(table, study_dir)
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from miaudit.config import config_from_dict
 from miaudit.pipeline import BuiltBank, build_bank, model_accuracies
-from miaudit.studies.calibration_config import CURVE_ATTACKS, FORGETTING_THRESHOLD, SCORES
-from miaudit.studies.evaluation import (
+from miaudit.studies.calibration.config import CURVE_ATTACKS, FORGETTING_THRESHOLD, SCORES
+from miaudit.studies.calibration.evaluation import (
     Scored,
     pr_rows,
     ratio_rows,

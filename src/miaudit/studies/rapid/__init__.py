@@ -17,7 +17,7 @@ scores every attack on sub-banks of that one bank:
 
 Rows carry the attack's cost (models it uses, queries per sample, training seconds of those
 models, scoring seconds; RAPID's includes its scorer's 150 epochs). Tables, figures and the
-paper's figures beside ours: :mod:`miaudit.studies.rapid_report`.
+paper's figures beside ours: :mod:`miaudit.studies.rapid.report`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.signals.query import augmented_queries
-from miaudit.studies.rapid_report import summarize
+from miaudit.studies.rapid.report import summarize
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell
 

@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from miaudit.io import atomic_path, write_text
-from miaudit.studies.calibration_paper import (
+from miaudit.studies.calibration.paper import (
     COLUMNS,
     FIGURE_CLAIMS,
     PAPER_ROW,
@@ -25,7 +25,7 @@ from miaudit.studies.calibration_paper import (
     TABLE3_ACC,
 )
 from miaudit.studies.registry import load_study_config
-from miaudit.studies.report import markdown_table, mean_std
+from miaudit.studies.tables import markdown_table, mean_std
 
 METHOD_LABEL = {"orig": "Orig", "cal": "Cal.", "cal-f": "Cal.-F"}
 SCORE_LABEL = {"gap": "Gap", "loss": "Loss", "gn": "GN", "confidence": "Conf."}

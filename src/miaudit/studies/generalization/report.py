@@ -22,8 +22,8 @@ from scipy import stats
 
 from miaudit.io import atomic_open, write_text
 from miaudit.report.plots import figure_png
-from miaudit.studies.generalization_bank import ROC_FPRS, tpr_column
-from miaudit.studies.generalization_paper import (
+from miaudit.studies.generalization.bank import ROC_FPRS, tpr_column
+from miaudit.studies.generalization.paper import (
     AUGMENTATION_STEPS,
     GENERALIZATION_PAPER,
     PAPER_AUGMENTATION,
@@ -32,7 +32,7 @@ from miaudit.studies.generalization_paper import (
     PAPER_MANY_MODEL,
 )
 from miaudit.studies.registry import load_study_config
-from miaudit.studies.report import markdown_table
+from miaudit.studies.tables import markdown_table
 
 TPR01, TPR1 = tpr_column(0.001), tpr_column(0.01)
 GAPS = ("acc_gap", "loss_gap", "test_acc")  # what the many-model study correlates TPR with

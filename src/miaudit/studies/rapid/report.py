@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from miaudit.io import atomic_open, write_text
 from miaudit.report.plots import figure_png
-from miaudit.studies.report import markdown_table, mean_std
+from miaudit.studies.tables import markdown_table, mean_std
 
 PAPER = ('He et al., "Is Difficulty Calibration All We Need? Towards More Practical Membership '
          'Inference Attacks", ACM CCS 2024, arXiv 2409.00426')

@@ -17,9 +17,9 @@ Four parts, one table (``results.csv``), one row per (cell, attacked model, atta
   model is attacked with the other M-1 as its LiRA references (online, leave-one-out).
   Training-set size is not a knob: the paper holds the training set fixed.
 
-Banks: :mod:`miaudit.studies.generalization_bank` (why not ``pipeline.build_bank``: exact
-halves, fixed training sets, mixed banks). Summary: :mod:`.generalization_summary`. The
-paper's numbers: :mod:`.generalization_paper`.
+Banks: :mod:`miaudit.studies.generalization.bank` (why not ``pipeline.build_bank``: exact
+halves, fixed training sets, mixed banks). Summary: :mod:`.report`. The
+paper's numbers: :mod:`.paper`.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from miaudit.studies.generalization_paper import AUGMENTATION_STEPS
+from miaudit.studies.generalization.paper import AUGMENTATION_STEPS
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell, StudyError
 
 STUDY = "generalization"
 PARTS = ("augmentation", "early-stopping", "many-model", "knowledge")
-# Keys of a cell's params that decide its pool (see generalization_bank.make_pool).
+# Keys of a cell's params that decide its pool (see bank.make_pool).
 POOL_KEYS = ("dataset", "pool", "models", "seed", "queries", "device")
 RECIPE_KNOBS = ("epochs", "lr", "batch_size", "weight_decay", "label_smoothing", "optimizer")
 ARCH_KNOBS = ("hidden", "dropout", "width")
@@ -137,7 +137,7 @@ def make_cells(config: dict[str, Any]) -> list[Cell]:
 
 def work(cell: Cell) -> list[dict[str, Any]]:
     """Train (or load) the cell's models, attack every model of each bank: rows of metrics."""
-    from miaudit.studies import generalization_bank as gb
+    from miaudit.studies.generalization import bank as gb
     from miaudit.train import CheckpointSpec, Recipe
 
     p = cell.params
@@ -172,7 +172,7 @@ def work(cell: Cell) -> list[dict[str, Any]]:
 
 
 def summarize(table: pd.DataFrame, study_dir: Path) -> None:
-    from miaudit.studies.generalization_summary import write_summary
+    from miaudit.studies.generalization.report import write_summary
 
     write_summary(table, Path(study_dir))
 

@@ -103,7 +103,7 @@ PAPER: dict[str, Any] = {
 CONFIGS = {"cpu": CPU, "paper": PAPER}
 
 # What the study measures, shared by its cells (calibration.py) and their work
-# (calibration_work.py).
+# (rows.py).
 FORGETTING_THRESHOLD = 1e-4  # Watson et al. §4.1's default threshold for calibrated scores
 # (score name, original attack, calibrated attack) — the columns of Tables 2 and 3
 SCORES = (
