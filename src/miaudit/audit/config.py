@@ -35,6 +35,10 @@ class ModelSection:
     public_outputs: str | None = None  # ... and on the public data's rows (optional)
     output_kind: str = "auto"  # of predict/outputs: auto | logits | probabilities
     tolerance: float = 1e-3  # |sum of a probability row - 1| allowed
+    # An in-memory model from the Python API (miaudit.audit): a fitted estimator with
+    # predict_proba, an nn.Module (then `module` may name its class, for reference models) or
+    # a function X -> outputs. A file cannot hold one: audit.yaml records what it was.
+    instance: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -98,15 +102,43 @@ class AuditConfig:
     cache_dir: str | None = None  # model cache; default $MIAUDIT_CACHE_DIR or ~/.cache
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        instance = self.model.instance
+        # asdict would deep-copy an in-memory model; the mapping (audit.yaml, the report's
+        # config) names it instead, and has no `instance` key without one (files unchanged)
+        plain = dataclasses.replace(self, model=dataclasses.replace(self.model, instance=None))
+        out = dataclasses.asdict(plain)
+        if instance is None:
+            del out["model"]["instance"]
+        else:
+            out["model"]["instance"] = describe_instance(instance)
+        return out
 
     @property
     def target_kind(self) -> str:
         """torch | sklearn | function | outputs (which model input was given)."""
         m = self.model
+        if m.instance is not None:
+            return instance_kind(m.instance)
         return "torch" if m.module else "sklearn" if m.estimator else (
             "function" if m.predict else "outputs"
         )
+
+
+def instance_kind(obj: Any) -> str:
+    """torch | sklearn | function: what an in-memory model is (duck-typed, so torch is not
+    imported here)."""
+    if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "forward", None)):
+        return "torch"
+    if hasattr(obj, "predict_proba"):
+        return "sklearn"
+    return "function"
+
+
+def describe_instance(obj: Any) -> str:
+    """What audit.yaml records for an in-memory model (it cannot be rerun from the file)."""
+    kind = type(obj)
+    name = getattr(obj, "__qualname__", None) if instance_kind(obj) == "function" else None
+    return f"in memory: {name or f'{kind.__module__}.{kind.__qualname__}'}"
 
 
 _SECTIONS: dict[str, type] = {
@@ -126,12 +158,14 @@ def _check(cfg: AuditConfig) -> None:
 
     m = cfg.model
     given = [k for k in ("module", "estimator", "predict", "outputs") if getattr(m, k)]
-    need(len(given) == 1,
+    if m.instance is not None:
+        _check_instance(m, given)
+    need(m.instance is not None or len(given) == 1,
          "name the model exactly once: model.module (+ model.weights) for a PyTorch module, "
          "model.estimator for a scikit-learn estimator, model.predict for a prediction "
          "function, or model.outputs for precomputed outputs"
          + (f"; got {', '.join(given)}." if given else "; got none."))
-    need(not m.module or bool(m.weights),
+    need(not m.module or bool(m.weights) or m.instance is not None,
          "model.module needs model.weights (a .safetensors file or a torch.save state dict).")
     need(not m.weights or bool(m.module), "model.weights needs model.module (its class).")
     need(not m.public_outputs or bool(m.outputs), "model.public_outputs needs model.outputs.")
@@ -168,6 +202,24 @@ def _check(cfg: AuditConfig) -> None:
     for name in cfg.attack_params:
         need(cfg.attacks is None or name in cfg.attacks,
              f"attack_params names '{name}', which is not in attacks.")
+
+
+def _check_instance(m: ModelSection, given: list[str]) -> None:
+    """An in-memory model (the Python API) is the model: nothing else names one, except
+    `module` naming an nn.Module's class (reference models are built from it)."""
+    if isinstance(m.instance, str):  # audit.yaml of an in-memory audit, read back
+        raise ConfigError(
+            f"model.instance is {m.instance!r}: a model given in memory to miaudit.audit() "
+            "cannot be reloaded from a config file. Save it and name the file instead: "
+            "model.estimator (joblib.dump of the estimator), model.module + model.weights "
+            "(its class and state_dict), or model.predict (an importable function)."
+        )
+    others = [k for k in given if not (k == "module" and instance_kind(m.instance) == "torch")]
+    if others or m.weights:
+        raise ConfigError(
+            "an in-memory model is the model: do not also give "
+            f"{', '.join(others + (['model.weights'] if m.weights else []))}."
+        )
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

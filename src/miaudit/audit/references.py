@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from miaudit import __version__
 from miaudit.audit.config import AuditConfig
 from miaudit.audit.data import AuditData
 from miaudit.audit.sources import OutputModule, Target, sklearn_predict
@@ -35,6 +34,7 @@ from miaudit.errors import CacheError, ConfigError
 from miaudit.io import atomic_path, write_json
 from miaudit.models.user import source_digest
 from miaudit.train import ModelCache, Recipe, indices_digest
+from miaudit.version import __version__
 
 log = logging.getLogger(__name__)
 

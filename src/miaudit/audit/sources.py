@@ -11,6 +11,7 @@ Unpickling a scikit-learn estimator runs code stored in the file: load only your
 
 from __future__ import annotations
 
+import copy
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from torch import nn
 from miaudit.audit.config import ModelSection
 from miaudit.errors import ConfigError, DataError
 from miaudit.models import build_model
-from miaudit.models.user import resolve_object
+from miaudit.models.user import check_output_width, resolve_object
 from miaudit.signals.defences import FLOOR
 
 _PROBE_ROWS = 64  # rows used to check a black box's output once at load time
@@ -184,8 +185,6 @@ def fit_weights(module: nn.Module, state: dict[str, torch.Tensor], where: str) -
 def load_estimator(path: str | Path, n_features: int, num_classes: int) -> Any:
     """A fitted scikit-learn classifier with predict_proba, checked against the data."""
     import joblib
-    from sklearn.exceptions import NotFittedError
-    from sklearn.utils.validation import check_is_fitted
 
     path = Path(path)
     if not path.is_file():
@@ -197,10 +196,19 @@ def load_estimator(path: str | Path, n_features: int, num_classes: int) -> Any:
             f"{path} cannot be unpickled ({type(exc).__name__}: {exc}); save the fitted "
             "estimator with joblib.dump(model, path) in the same scikit-learn version."
         ) from exc
+    return check_estimator(estimator, f"the estimator in {path}", n_features, num_classes)
+
+
+def check_estimator(estimator: Any, where: str, n_features: int, num_classes: int) -> Any:
+    """``estimator`` if it is a fitted classifier with predict_proba that fits the data;
+    ``where`` names it in messages ("the estimator in model.joblib")."""
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
     name = type(estimator).__name__
     if not hasattr(estimator, "predict_proba"):
         raise ConfigError(
-            f"the estimator in {path} ({name}) has no predict_proba: membership inference "
+            f"{where} ({name}) has no predict_proba: membership inference "
             "needs per-class scores. Use a classifier that has it (e.g. SVC(probability=True))"
             ", wrap it in sklearn.calibration.CalibratedClassifierCV, or audit precomputed "
             "outputs (model.outputs)."
@@ -208,13 +216,13 @@ def load_estimator(path: str | Path, n_features: int, num_classes: int) -> Any:
     try:
         check_is_fitted(estimator)
     except NotFittedError as exc:
-        raise ConfigError(f"the estimator in {path} ({name}) is not fitted: {exc}") from exc
+        raise ConfigError(f"{where} ({name}) is not fitted: {exc}") from exc
     except TypeError:
         pass  # not a scikit-learn estimator, but it has predict_proba
     classes = np.asarray(getattr(estimator, "classes_", np.arange(num_classes)))
     if classes.shape != (num_classes,) or not np.array_equal(classes, np.arange(num_classes)):
         raise ConfigError(
-            f"the estimator in {path} predicts classes {classes.tolist()[:20]}, but the audit "
+            f"{where} predicts classes {classes.tolist()[:20]}, but the audit "
             f"data's labels are 0..{num_classes - 1} ({num_classes} classes; files have their "
             "labels mapped to 0..K-1 in sorted order): its output width must match the labels. "
             "Train it on the same label encoding as the data file."
@@ -222,7 +230,7 @@ def load_estimator(path: str | Path, n_features: int, num_classes: int) -> Any:
     expected = getattr(estimator, "n_features_in_", n_features)
     if expected != n_features:
         raise ConfigError(
-            f"the estimator in {path} was fitted on {expected} features; the audit data has "
+            f"{where} was fitted on {expected} features; the audit data has "
             f"{n_features} per sample. Give the data in the feature layout it was trained on."
         )
     return estimator
@@ -301,6 +309,8 @@ def load_target(
     spec: ModelSection, input_shape: tuple[int, ...], num_classes: int, probe: np.ndarray
 ) -> Target:
     """The model named by ``spec``; ``probe`` (a few audit rows) checks a black box's output."""
+    if spec.instance is not None:
+        return _in_memory_target(spec, input_shape, num_classes, probe)
     if spec.module:
         with torch.random.fork_rng():  # building the module must not move the caller's RNG
             module = build_model("import", input_shape, num_classes, path=spec.module,
@@ -320,17 +330,7 @@ def load_target(
         fn = resolve_object(spec.predict)
         if not callable(fn):
             raise ConfigError(f"model.predict {spec.predict} is not a function.")
-        try:
-            sample = fn(probe[:_PROBE_ROWS])
-        except Exception as exc:
-            raise ConfigError(
-                f"{spec.predict} fails on a batch of {len(probe[:_PROBE_ROWS])} audit samples "
-                f"of shape {tuple(probe.shape[1:])}: {type(exc).__name__}: {exc}"
-            ) from exc
-        _, kind = to_logits(sample, num_classes, spec.output_kind, spec.tolerance, spec.predict)
-        module = OutputModule(fn, num_classes, kind, spec.tolerance, spec.predict)
-        return Target("function", spec.predict, module=module,
-                      notes=[f"{spec.predict} outputs read as {kind}"])
+        return _function_target(fn, spec.predict, spec, num_classes, probe)
     outputs, notes = {}, []
     for part, path in (("data", spec.outputs), ("public", spec.public_outputs)):
         if path:
@@ -340,3 +340,53 @@ def load_target(
             notes.append(f"{path}: outputs read as {kind}")
     return Target("outputs", spec.outputs or "", outputs=outputs, notes=notes)
 
+
+
+def _function_target(
+    fn: Callable[[np.ndarray], Any], name: str, spec: ModelSection, num_classes: int,
+    probe: np.ndarray,
+) -> Target:
+    """A black-box function as a target, its outputs checked (and their kind read) on
+    ``probe``."""
+    try:
+        sample = fn(probe[:_PROBE_ROWS])
+    except Exception as exc:
+        raise ConfigError(
+            f"{name} fails on a batch of {len(probe[:_PROBE_ROWS])} audit samples "
+            f"of shape {tuple(probe.shape[1:])}: {type(exc).__name__}: {exc}"
+        ) from exc
+    _, kind = to_logits(sample, num_classes, spec.output_kind, spec.tolerance, name)
+    module = OutputModule(fn, num_classes, kind, spec.tolerance, name)
+    return Target("function", name, module=module, notes=[f"{name} outputs read as {kind}"])
+
+
+def _in_memory_target(
+    spec: ModelSection, input_shape: tuple[int, ...], num_classes: int, probe: np.ndarray
+) -> Target:
+    """``spec.instance`` (the Python API's in-memory model) as a target, checked as the
+    file-based forms are: an nn.Module, a fitted estimator or a function."""
+    obj = spec.instance
+    if isinstance(obj, nn.Module):
+        name = f"{type(obj).__qualname__} (in memory)"
+        # a copy: querying moves the module to the device and into eval mode, and the
+        # caller's object must come back as it was
+        module = copy.deepcopy(obj)
+        with torch.random.fork_rng():
+            check_output_width(module, input_shape, num_classes, name)
+        return Target("torch", name, module=module.eval())
+    if hasattr(obj, "predict_proba"):
+        estimator = check_estimator(obj, "the estimator given", int(np.prod(input_shape)),
+                                    num_classes)
+        module = OutputModule(sklearn_predict(estimator), num_classes, "probabilities",
+                              spec.tolerance, f"{type(estimator).__name__}.predict_proba",
+                              flatten=True)
+        module(torch.from_numpy(probe[:_PROBE_ROWS]))  # probabilities checked here
+        return Target("sklearn", f"{type(estimator).__name__} (in memory)", module=module,
+                      estimator=estimator)
+    if callable(obj):
+        name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+        return _function_target(obj, name, spec, num_classes, probe)
+    raise ConfigError(
+        f"the model given is a {type(obj).__name__}: give a torch nn.Module, a fitted "
+        "estimator with predict_proba, or a function X -> [n, classes] outputs."
+    )

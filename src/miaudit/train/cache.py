@@ -23,7 +23,6 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file
 
-from miaudit import __version__
 from miaudit.errors import CacheError
 from miaudit.io import atomic_path, write_json
 from miaudit.models import build_model
@@ -37,6 +36,7 @@ from miaudit.train.checkpoints import (
 from miaudit.train.ledger import training_ledger
 from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import ArrayLike, TrainedModel
+from miaudit.version import __version__
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,114 @@
+"""The package's import graph has no cycle: every import counts, module-level or inside a
+function (a function-level import is how cycles hide), so each layer imports only the ones
+below it."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import miaudit
+
+SRC = Path(miaudit.__file__).parent.parent
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports (``from a import b`` counts as ``a.b`` when
+    that is a module, else as ``a``)."""
+    paths = {_module(p): p for p in (SRC / "miaudit").rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in paths}
+    for module, path in paths.items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the package, `level - 1` packages up
+                    parent = package[: len(package) - node.level + 1]
+                    base = ".".join(parent + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base
+                           for a in node.names]
+            else:
+                continue
+            graph[module] |= {t for t in targets if t in paths and t != module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_detector_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_graph_sees_function_level_imports():
+    graph = import_graph()
+    # miaudit.cli imports the pipeline inside its command functions only
+    assert "miaudit.pipeline" in graph["miaudit.cli"]
+    assert "miaudit.train.loop" in graph["miaudit.train.stacked"]
+
+
+def test_the_package_has_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_pipeline_is_a_package_of_one_way_stages():
+    graph = import_graph()
+    stages = ["models", "bank", "evaluate", "checkpoints", "runner"]
+    for i, stage in enumerate(stages):
+        later = {f"miaudit.pipeline.{s}" for s in stages[i + 1:]}
+        assert not graph[f"miaudit.pipeline.{stage}"] & later, stage
+
+
+def test_the_attack_command_loads_no_study_code(tmp_path, digits_bank):
+    """`miaudit attack` pays for the attacks, not for the studies (only the `study` command's
+    argument parser, which imports nothing, is loaded)."""
+    bank = tmp_path / "bank.npz"
+    digits_bank.save(bank)
+    args = ["attack", str(bank), "--target", "0", "--attacks", "loss", "--out",
+            str(tmp_path / "out")]
+    code = ("import sys\nfrom miaudit.cli import main\n"
+            f"assert main({args!r}) == 0\n"
+            "print(sorted(m for m in sys.modules if m.startswith('miaudit.studies')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip().splitlines()[-1] == "['miaudit.studies', 'miaudit.studies.cli']"
