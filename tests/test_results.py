@@ -14,7 +14,15 @@ from miaudit import metrics
 from miaudit.config import MetricsConfig
 from miaudit.pipeline import evaluate_bank
 from miaudit.report.write import metrics_document
-from miaudit.results import FRAME_COLUMNS, AttackCost, AttackMetrics, AuditResult
+from miaudit.results import (
+    FRAME_COLUMNS,
+    AttackCost,
+    AttackMetrics,
+    AuditResult,
+    ci_columns,
+    rate_key,
+    tpr_column,
+)
 
 
 def _scores(seed: int = 0, n: int = 600) -> tuple[np.ndarray, np.ndarray]:
@@ -61,6 +69,46 @@ def test_attack_metrics_accessors():
         typed.tpr_at(0.5)
     cost = AttackCost.from_dict({"models_trained": 3, "queries_per_sample": 2.0})
     assert cost.models == 3 and cost.score_seconds is None
+
+
+def test_one_accessor_for_a_tpr_and_its_interval():
+    d = metrics.evaluate(*_scores(2), fprs=(0.01, 0.001), n_bootstrap=20)
+    typed = AttackMetrics.from_dict(d)
+    assert typed.fprs == (0.01, 0.001)  # in the order asked for
+    for key in d["tpr_at_fpr"]:  # the dict's key, or the rate itself
+        assert typed.tpr_at(key) == typed.tpr_at(float(key)) == typed.find_tpr(key)
+        assert list(typed.tpr_at(key).ci) == d["tpr_at_fpr_ci"][key]
+        assert rate_key(float(key)) == rate_key(key) == key
+    assert typed.find_tpr(0.5) is None and typed.find_tpr(None) is None
+    # a dict without an AUC (an attack that was not evaluated) loads, with nothing in it
+    empty = AttackMetrics.from_dict({})
+    assert empty.auc is None and empty.tpr == () and empty.find_tpr(0.001) is None
+
+
+def test_flat_columns_are_spelled_once():
+    assert [tpr_column(0.001, s) for s in ("@", "%", "at")] == [
+        "tpr@0.001", "tpr_0.1%", "tpr_at_0.001"]
+    assert tpr_column(0.01, "%") == "tpr_1%" and tpr_column(0.0005, "@") == "tpr@0.0005"
+    with pytest.raises(ValueError, match="spelling"):
+        tpr_column(0.01, "pct")
+    assert ci_columns("auc") == ("auc_lo", "auc_hi")
+    d = metrics.evaluate(*_scores(3), fprs=(0.001, 0.01), n_bootstrap=10)
+    typed = AttackMetrics.from_dict(d)
+    assert typed.auc_columns() == {"auc": d["auc"]}
+    assert typed.auc_columns(ci=True) == {"auc": d["auc"], "auc_lo": d["auc_ci"][0],
+                                          "auc_hi": d["auc_ci"][1]}
+    row = typed.tpr_columns((0.001, 0.01), "%", ci=True)
+    assert list(row) == ["tpr_0.1%", "tpr_0.1%_lo", "tpr_0.1%_hi",
+                         "tpr_1%", "tpr_1%_lo", "tpr_1%_hi"]
+    assert row["tpr_1%"] == d["tpr_at_fpr"]["0.01"]
+    assert [row["tpr_1%_lo"], row["tpr_1%_hi"]] == d["tpr_at_fpr_ci"]["0.01"]
+    assert typed.tpr_columns((0.01,), "at") == {"tpr_at_0.01": d["tpr_at_fpr"]["0.01"]}
+    assert typed.counts() == {k: d[k] for k in ("n_members", "n_nonmembers", "n_unscorable")}
+    no_ci = AttackMetrics.from_dict(metrics.evaluate(*_scores(3), n_bootstrap=0))
+    assert no_ci.auc_columns(ci=True)["auc_lo"] is None
+    assert no_ci.tpr_columns((0.001,), "%", ci=True)["tpr_0.1%_hi"] is None
+    with pytest.raises(KeyError, match="reported"):
+        typed.tpr_columns((0.5,), "@")
 
 
 @pytest.fixture(scope="module")

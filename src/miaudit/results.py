@@ -19,13 +19,42 @@ if TYPE_CHECKING:  # pandas is imported only by to_frame: `import miaudit` stays
     import pandas as pd
 
 
-def _rate_key(value: float) -> str:
-    """The metrics dict's key for a rate (as :func:`miaudit.metrics._key` writes it)."""
+def rate_key(value: float | str) -> str:
+    """The metrics dict's key for a rate (as :func:`miaudit.metrics._key` writes it):
+    0.001 -> '0.001'."""
     return repr(float(value))
 
 
 def _ci(value: Any) -> tuple[float, float] | None:
     return None if value is None else (float(value[0]), float(value[1]))
+
+
+# The column names of flat per-attack rows (a study's results.csv, checkpoints.json), spelled
+# here only. The studies' results.csv files predate this module and keep their recorded
+# spellings of the TPR column (see :func:`tpr_column`).
+AUC = "auc"
+BALANCED_ACCURACY = "balanced_accuracy"
+COUNT_COLUMNS = ("n_members", "n_nonmembers", "n_unscorable")
+# the spellings of the column holding the TPR at FPR f: "@" tpr@0.001 (generalization study),
+# "%" tpr_0.1% (rapid study), "at" tpr_at_0.001 (calibration study)
+TPR_SPELLINGS = ("@", "%", "at")
+
+
+def tpr_column(fpr: float, spelling: str) -> str:
+    """The name of the column holding the TPR at FPR ``fpr`` in one of :data:`TPR_SPELLINGS`:
+    0.001 -> 'tpr@0.001' ("@"), 'tpr_0.1%' ("%") or 'tpr_at_0.001' ("at")."""
+    if spelling == "@":
+        return f"tpr@{fpr:g}"
+    if spelling == "%":
+        return f"tpr_{100 * fpr:g}%"
+    if spelling == "at":
+        return f"tpr_at_{fpr:g}"
+    raise ValueError(f"unknown TPR column spelling {spelling!r}; known: {TPR_SPELLINGS}")
+
+
+def ci_columns(column: str) -> tuple[str, str]:
+    """The columns of the interval of ``column``: 'auc' -> ('auc_lo', 'auc_hi')."""
+    return f"{column}_lo", f"{column}_hi"
 
 
 @dataclass(frozen=True)
@@ -68,7 +97,7 @@ class AttackMetrics:
     or hand-made ones) load with those fields None or empty.
     """
 
-    auc: float
+    auc: float | None  # None: the dict has none (an attack that was not evaluated)
     auc_ci: tuple[float, float] | None
     tpr: tuple[TPRAtFPR, ...]  # in the order the FPRs were asked for
     n_members: int | None = None
@@ -97,8 +126,9 @@ class AttackMetrics:
                 warning=where.get("warning"),
             ))
         bal, threshold = metrics.get("balanced_accuracy"), metrics.get("threshold")
+        auc = metrics.get("auc")
         return cls(
-            auc=float(metrics["auc"]),
+            auc=None if auc is None else float(auc),
             auc_ci=_ci(metrics.get("auc_ci")),
             tpr=tuple(tpr),
             n_members=metrics.get("n_members"),
@@ -117,11 +147,11 @@ class AttackMetrics:
         return {
             "auc": self.auc,
             "auc_ci": None if self.auc_ci is None else list(self.auc_ci),
-            "tpr_at_fpr": {_rate_key(t.fpr): t.tpr for t in self.tpr},
-            "tpr_at_fpr_ci": {_rate_key(t.fpr): None if t.ci is None else list(t.ci)
+            "tpr_at_fpr": {rate_key(t.fpr): t.tpr for t in self.tpr},
+            "tpr_at_fpr_ci": {rate_key(t.fpr): None if t.ci is None else list(t.ci)
                               for t in self.tpr},
             "fpr_support": {
-                _rate_key(t.fpr): {"n_nonmembers": t.n_nonmembers,
+                rate_key(t.fpr): {"n_nonmembers": t.n_nonmembers,
                                    "expected_false_positives": t.expected_false_positives,
                                    "warning": t.warning}
                 for t in self.tpr
@@ -129,18 +159,53 @@ class AttackMetrics:
             "n_members": self.n_members,
             "n_nonmembers": self.n_nonmembers,
             "n_unscorable": self.n_unscorable,
-            "precision_at_recall": {_rate_key(p.recall): p.precision
+            "precision_at_recall": {rate_key(p.recall): p.precision
                                     for p in self.precision_at_recall},
             "balanced_accuracy": self.balanced_accuracy,
             "threshold": self.threshold,
         }
 
-    def tpr_at(self, fpr: float) -> TPRAtFPR:
-        """The figure at FPR ``fpr`` (KeyError naming the reported FPRs if there is none)."""
-        for item in self.tpr:
-            if item.fpr == float(fpr):
-                return item
-        raise KeyError(f"no TPR at FPR {fpr!r}; reported: {[t.fpr for t in self.tpr]}")
+    def tpr_at(self, fpr: float | str) -> TPRAtFPR:
+        """The figure at FPR ``fpr`` (a rate or the metrics dict's key, '0.001'), with its
+        interval and support; KeyError naming the reported FPRs if there is none."""
+        found = self.find_tpr(fpr)
+        if found is None:
+            raise KeyError(f"no TPR at FPR {fpr!r}; reported: {[t.fpr for t in self.tpr]}")
+        return found
+
+    def find_tpr(self, fpr: float | str | None) -> TPRAtFPR | None:
+        """:meth:`tpr_at`, or None when the attack reports no TPR at ``fpr`` (or it is None)."""
+        if fpr is None:
+            return None
+        return next((item for item in self.tpr if item.fpr == float(fpr)), None)
+
+    @property
+    def fprs(self) -> tuple[float, ...]:
+        """The FPRs the attack reports a TPR at, in the order they were asked for."""
+        return tuple(t.fpr for t in self.tpr)
+
+    def counts(self) -> dict[str, int | None]:
+        """The sample counts under their column names (:data:`COUNT_COLUMNS`)."""
+        return {name: getattr(self, name) for name in COUNT_COLUMNS}
+
+    def auc_columns(self, ci: bool = False) -> dict[str, Any]:
+        """``{"auc": ...}``, with ``auc_lo`` / ``auc_hi`` (None without a bootstrap) if ``ci``."""
+        row: dict[str, Any] = {AUC: self.auc}
+        if ci:
+            row.update(zip(ci_columns(AUC), self.auc_ci or (None, None), strict=True))
+        return row
+
+    def tpr_columns(self, fprs: Any, spelling: str, ci: bool = False) -> dict[str, Any]:
+        """The TPR at each of ``fprs`` under :func:`tpr_column`'s name in ``spelling``, each
+        followed by its interval's ``_lo`` / ``_hi`` columns if ``ci`` (KeyError for an FPR
+        the attack does not report)."""
+        row: dict[str, Any] = {}
+        for fpr in fprs:
+            figure, column = self.tpr_at(fpr), tpr_column(float(fpr), spelling)
+            row[column] = figure.tpr
+            if ci:
+                row.update(zip(ci_columns(column), figure.ci or (None, None), strict=True))
+        return row
 
 
 @dataclass(frozen=True)

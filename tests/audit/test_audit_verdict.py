@@ -2,7 +2,7 @@ import numpy as np
 
 from miaudit import metrics
 from miaudit.audit.verdict import headline_fpr, make_verdict, verdict_text
-from miaudit.report.table import fmt_pct
+from miaudit.report.formatting import fmt_pct
 from miaudit.results import AttackOutcome, AuditResult
 
 

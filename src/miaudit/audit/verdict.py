@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from miaudit.report.formatting import ci_words, fmt_auc
 from miaudit.report.formatting import pct as _pct
 from miaudit.report.formatting import rate as _rate
 
@@ -25,7 +26,7 @@ __all__ = ["MIN_EXPECTED_FP", "headline_fpr", "strongest_at", "make_verdict", "v
 
 
 def _ci(ci: list[float] | None, confidence: int) -> str:
-    return f"{confidence}% CI {_pct(ci[0])} to {_pct(ci[1])}" if ci else "no confidence interval"
+    return ci_words(ci, f"{confidence}% CI", missing="no confidence interval")
 
 
 def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]:
@@ -63,11 +64,11 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
         )
         if level == "average-case":  # an AUC interval above 0.5: never hidden by a null
             top = result.outcome(found["auc_attack"])
-            auc_ci = top.metrics["auc_ci"]
+            auc_ci = top.summary.auc_ci
             headline += (
                 f" But membership shows on average: {top.name} ranks training samples above "
-                f"non-members with AUC {top.metrics['auc']:.3f} ({confidence}% CI "
-                f"{auc_ci[0]:.3f} to {auc_ci[1]:.3f}; 0.5 is guessing)."
+                f"non-members with AUC {fmt_auc(top.summary.auc)} "
+                f"({ci_words(auc_ci, f'{confidence}% CI', fmt_auc)}; 0.5 is guessing)."
             )
     if not ci:
         headline += (" Without a confidence interval (metrics.bootstrap: 0) this is a point "
@@ -85,11 +86,11 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
         if f["indicative"]:
             text += f" (fewer than {MIN_EXPECTED_FP}: indicative only)"
         support.append(text)
-    auc = best.metrics.get("auc")
+    auc = best.summary.auc
     paragraphs = [
         f"These rates rest on {main['n_members']:,} training samples and "
         f"{main['n_nonmembers']:,} non-members: " + "; ".join(support) + "."
-        + (f" Its AUC is {auc:.3f} (0.5 is guessing)." if auc is not None else ""),
+        + (f" Its AUC is {fmt_auc(auc)} (0.5 is guessing)." if auc is not None else ""),
     ]
     outputs = context.get("outputs", "outputs")
     if level == "average-case":

@@ -20,12 +20,12 @@ from miaudit.io import write_json, write_text
 from miaudit.pipeline.bank import BuiltBank, query_bank
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.report import write_report
-from miaudit.results import AuditResult
+from miaudit.report.formatting import fmt_auc, markdown_table, pct_ci, rate
+from miaudit.results import AttackMetrics, AuditResult
 from miaudit.train.checkpoints import steps_per_epoch, total_steps
 
-
-def _fmt_pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f}%"
+# what checkpoints.json keeps of each attack's metrics (their metrics.json keys)
+ROW_METRICS = ("auc", "auc_ci", "tpr_at_fpr", "tpr_at_fpr_ci", "n_members", "n_nonmembers")
 
 
 def summary_row(
@@ -36,12 +36,8 @@ def summary_row(
     acc = result.meta["models"][result.meta["target"]]
     attacks = {}
     for o in result.outcomes:
-        m = o.metrics
-        attacks[o.name] = {
-            "auc": m["auc"], "auc_ci": m.get("auc_ci"),
-            "tpr_at_fpr": m["tpr_at_fpr"], "tpr_at_fpr_ci": m.get("tpr_at_fpr_ci"),
-            "n_members": m["n_members"], "n_nonmembers": m["n_nonmembers"],
-        }  # fmt: skip
+        metrics = o.summary.to_dict()
+        attacks[o.name] = {key: metrics[key] for key in ROW_METRICS}
     privacy = getattr(target, "privacy", None) or {}
     return {
         "checkpoint": label,
@@ -54,33 +50,29 @@ def summary_row(
     }
 
 
-def markdown_table(rows: list[dict[str, Any]], fprs: list[float]) -> str:
-    """The rows as a Markdown table: one line per checkpoint, TPRs with [CI]."""
+def checkpoints_table(rows: list[dict[str, Any]], fprs: list[float]) -> str:
+    """The rows as a Markdown table: one line per checkpoint, TPRs with [CI] as the results
+    table writes them."""
     names = list(rows[0]["attacks"]) if rows else []
     dp = any(r["epsilon_spent"] is not None for r in rows)
     head = ["checkpoint", "epoch", "train acc", "test acc", *(["ε spent"] if dp else [])]
     for name in names:
-        head += [f"{name} AUC"] + [f"{name} TPR@{100 * f:g}% FPR" for f in fprs]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        head += [f"{name} AUC"] + [f"{name} TPR@{rate(f)} FPR" for f in fprs]
+    lines = []
     for r in rows:
+        eps = r["epsilon_spent"]
         cells = [r["checkpoint"], f"{r['epoch']:g}", f"{r['train_acc']:.3f}",
-                 f"{r['test_acc']:.3f}"]  # fmt: skip
-        if dp:
-            eps = r["epsilon_spent"]
-            cells.append("-" if eps is None else f"{eps:.2f}")
+                 f"{r['test_acc']:.3f}", *(["-" if eps is None else f"{eps:.2f}"] if dp else [])]
         for name in names:
-            a = r["attacks"][name]
-            cells.append(f"{a['auc']:.3f}")
-            for key, tpr in a["tpr_at_fpr"].items():
-                lo, hi = (a.get("tpr_at_fpr_ci") or {}).get(key) or (None, None)
-                ci = f" [{_fmt_pct(lo)}, {_fmt_pct(hi)}]" if lo is not None else ""
-                cells.append(_fmt_pct(tpr) + ci)
-        lines.append("| " + " | ".join(cells) + " |")
-    first = next(iter(rows[0]["attacks"].values()), None) if rows else None
+            m = AttackMetrics.from_dict(r["attacks"][name])
+            cells += [fmt_auc(m.auc), *(pct_ci(t.tpr, t.ci) for t in m.tpr)]
+        lines.append(cells)
+    text = markdown_table(lines, header=head) + "\n"
+    first = AttackMetrics.from_dict(next(iter(rows[0]["attacks"].values()))) if names else None
     if first:
-        lines.append(f"\n{first['n_members']} members and {first['n_nonmembers']} non-members "
-                     "of the target in the audit pool; CIs are bootstrap intervals.")  # fmt: skip
-    return "\n".join(lines) + "\n"
+        text += (f"\n{first.n_members} members and {first.n_nonmembers} non-members of the "
+                 "target in the audit pool; CIs are bootstrap intervals.\n")
+    return text
 
 
 def audit_checkpoints(
@@ -111,5 +103,5 @@ def audit_checkpoints(
     total = total_steps(target.recipe, target.n_train)
     rows.append(summary_row("final", total, float(target.recipe.epochs), final, target))
     write_json(out / "checkpoints.json", rows)
-    write_text(out / "checkpoints.md", markdown_table(rows, cfg.metrics.fprs))
+    write_text(out / "checkpoints.md", checkpoints_table(rows, cfg.metrics.fprs))
     return rows

@@ -13,7 +13,7 @@ from miaudit.attacks import get_attack
 from miaudit.config import RunConfig, dump_config
 from miaudit.io import StagedRunDir, write_text
 from miaudit.pipeline.bank import BuiltBank, build_bank
-from miaudit.pipeline.checkpoints import audit_checkpoints, markdown_table
+from miaudit.pipeline.checkpoints import audit_checkpoints, checkpoints_table
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.pipeline.models import resolve_recipes
 from miaudit.report import format_table, write_report
@@ -58,7 +58,7 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
         print(format_table(result))
         if checkpoints:
             print("\ncheckpoints (target and references at the same position):\n"
-                  + markdown_table(checkpoints, cfg.metrics.fprs))
+                  + checkpoints_table(checkpoints, cfg.metrics.fprs))
         print(f"\nreport: {out / 'report.html'}")
     return result, out
 

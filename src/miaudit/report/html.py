@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.report.exposure import EXPOSURE_FIGURE, audit_sections, exposed_html
-from miaudit.report.formatting import fmt_pct
+from miaudit.report.formatting import fmt_auc, pct, rate
 from miaudit.report.strength import ranked
 from miaudit.report.table import Table, build_table
 from miaudit.report.verdict import short_verdict
@@ -194,19 +194,18 @@ def _explanation(result: AuditResult, name_best: bool = True) -> str:
         "AUC is close to 0.5. Brackets hold bootstrap confidence intervals (95% by default).</p>"
     )
     if best is not None and key is not None and name_best:
-        met = best.metrics
-        tpr = met.get("tpr_at_fpr", {}).get(key)
-        auc = met.get("auc")
-        pct = float(key) * 100
+        figure = best.summary.find_tpr(key)
+        tpr = None if figure is None else figure.tpr
+        auc = best.summary.auc
         summary = f"The attack that leaked most here is <b>{escape(best.name)}</b>"
         if tpr is not None:
             ratio = tpr / float(key) if float(key) > 0 else math.nan
             summary += (
-                f": at {pct:g}% FPR it identifies {fmt_pct(tpr)}% of members "
+                f": at {rate(float(key))} FPR it identifies {pct(tpr)} of members "
                 f"({ratio:.1f}&times; the rate expected by chance)"
             )
         if auc is not None:
-            summary += f", with AUC {auc:.3f}"
+            summary += f", with AUC {fmt_auc(auc)}"
         text += f"<p>{summary}.</p>"
     return text
 

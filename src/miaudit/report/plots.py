@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from miaudit.metrics import roc
-from miaudit.report.formatting import fmt_pct
+from miaudit.report.formatting import fmt_auc, pct
 from miaudit.report.strength import ranked
 from miaudit.report.table import STRONGEST_MARK, fpr_label, reported_fprs
 from miaudit.results import AuditResult
@@ -71,10 +71,10 @@ def roc_figure(result: AuditResult) -> Figure:
     order, rank_key = ranked(result)  # legend in the table's order, quoting its FPR
     for i, outcome in enumerate(order):
         fpr, tpr, _ = roc(outcome.scores, members)
-        met = outcome.metrics
+        figure = outcome.summary.find_tpr(rank_key)
         label = _panel_title(outcome, i == 0 and rank_key is not None).replace("   ", "  ")
-        if rank_key is not None and rank_key in met.get("tpr_at_fpr", {}):
-            label += f", {fpr_label(rank_key)} {fmt_pct(met['tpr_at_fpr'][rank_key])}%"
+        if rank_key is not None and figure is not None:
+            label += f", {fpr_label(rank_key)} {pct(figure.tpr)}"
         # steps: between ROC points the achievable TPR is the previous point's (the same
         # convention as the reported TPR@FPR; no interpolation towards the next point)
         ax.plot(
@@ -168,9 +168,9 @@ def _hist_panel(ax, title: str, scores: np.ndarray, members: np.ndarray) -> None
 
 
 def _panel_title(outcome, mark: bool) -> str:
-    auc = outcome.metrics.get("auc")
+    auc = outcome.summary.auc
     title = f"{outcome.name} {STRONGEST_MARK}" if mark else outcome.name
-    return title + (f"   AUC {auc:.3f}" if auc is not None else "")
+    return title + (f"   AUC {fmt_auc(auc)}" if auc is not None else "")
 
 
 def histograms_figure(result: AuditResult) -> Figure:

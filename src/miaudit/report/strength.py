@@ -14,19 +14,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from miaudit.results import AttackOutcome, AuditResult
+from miaudit.results import AttackOutcome, AuditResult, rate_key
 
 MIN_EXPECTED_FP = 10
 
 
 def fpr_keys(result: AuditResult) -> list[str]:
     """Every FPR key any attack reports, smallest first."""
-    keys = {k for o in result.outcomes for k in o.metrics.get("tpr_at_fpr", {})}
+    keys = {rate_key(fpr) for o in result.outcomes for fpr in o.summary.fprs}
     return sorted(keys, key=float)
 
 
 def n_nonmembers(result: AuditResult) -> int:
-    return max((int(o.metrics.get("n_nonmembers") or 0) for o in result.outcomes), default=0)
+    return max((int(o.summary.n_nonmembers or 0) for o in result.outcomes), default=0)
 
 
 def expected_false_positives(result: AuditResult, key: str) -> float:
@@ -46,9 +46,9 @@ def headline_fpr(result: AuditResult) -> str | None:
 
 def strength(outcome: AttackOutcome, key: str | None) -> tuple[float, float]:
     """Sort key: TPR at FPR `key`, then AUC (missing figures rank last)."""
-    tpr = outcome.metrics.get("tpr_at_fpr", {}).get(key) if key else None
-    auc = outcome.metrics.get("auc")
-    return (-1.0 if tpr is None else float(tpr), -1.0 if auc is None else float(auc))
+    met = outcome.summary
+    figure = met.find_tpr(key) if key else None
+    return (-1.0 if figure is None else figure.tpr, -1.0 if met.auc is None else met.auc)
 
 
 def ranked(result: AuditResult) -> tuple[list[AttackOutcome], str | None]:
@@ -64,18 +64,17 @@ def strongest_at(result: AuditResult, key: str) -> AttackOutcome | None:
 
 def figure_at(outcome: AttackOutcome, key: str) -> dict[str, Any]:
     """One attack's TPR at FPR `key` with its interval and the support it rests on."""
-    met = outcome.metrics
-    support = (met.get("fpr_support") or {}).get(key) or {}
-    tpr = met["tpr_at_fpr"][key]
+    met = outcome.summary
+    figure = met.tpr_at(key)
     return {
         "fpr": float(key),
-        "tpr": tpr,
-        "tpr_ci": (met.get("tpr_at_fpr_ci") or {}).get(key),
-        "times_chance": tpr / float(key),
-        "n_members": met.get("n_members"),
-        "n_nonmembers": met.get("n_nonmembers"),
-        "expected_false_positives": support.get("expected_false_positives"),
-        "indicative": support.get("warning") is not None,
+        "tpr": figure.tpr,
+        "tpr_ci": None if figure.ci is None else list(figure.ci),
+        "times_chance": figure.tpr / float(key),
+        "n_members": met.n_members,
+        "n_nonmembers": met.n_nonmembers,
+        "expected_false_positives": figure.expected_false_positives,
+        "indicative": figure.indicative,
     }
 
 
@@ -90,9 +89,10 @@ def assess(result: AuditResult) -> dict[str, Any]:
     """
     key = headline_fpr(result)
     best = strongest_at(result, key) if key else None
-    if best is None or key is None or key not in best.metrics.get("tpr_at_fpr", {}):
+    if best is None or key is None or best.summary.find_tpr(key) is None:
         return {"level": "none", "attack": None, "key": None, "main": None, "figures": []}
-    figures = [figure_at(best, k) for k in fpr_keys(result) if k in best.metrics["tpr_at_fpr"]]
+    reported = best.summary.fprs
+    figures = [figure_at(best, k) for k in fpr_keys(result) if float(k) in reported]
     main = next(f for f in figures if f["fpr"] == float(key))
     ci = main["tpr_ci"]
     measurable = ci[0] > main["fpr"] if ci else main["tpr"] > main["fpr"]
@@ -105,8 +105,8 @@ def assess(result: AuditResult) -> dict[str, Any]:
     else:
         # An average-case signal (AUC interval above 0.5) is a leak too, if not yet a
         # confident one: never let a low-FPR null hide it.
-        top = max(result.outcomes, key=lambda o: o.metrics.get("auc") or 0.0)
-        auc_ci = top.metrics.get("auc_ci")
+        top = max(result.outcomes, key=lambda o: o.summary.auc or 0.0)
+        auc_ci = top.summary.auc_ci
         if auc_ci and auc_ci[0] > 0.5:
             out["level"] = "average-case"
             out["auc_attack"] = top.name

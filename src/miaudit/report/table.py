@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from miaudit.report.formatting import fmt_auc, fmt_ci, fmt_pct
+from miaudit.report.formatting import fmt_auc, fmt_ci, pct_ci
 from miaudit.report.strength import MIN_EXPECTED_FP, expected_false_positives, n_nonmembers, ranked
 from miaudit.report.verdict import verdict_line
-from miaudit.results import AuditResult
+from miaudit.results import AuditResult, rate_key
 
 # the models' training seconds as recorded when they were trained, also when this run loaded
 # them from the cache (then the footnote of :func:`cache_note` says so)
@@ -62,9 +62,9 @@ def reported_fprs(result: AuditResult) -> list[str]:
     """FPR keys reported by any attack, in first-seen order."""
     keys: list[str] = []
     for outcome in result.outcomes:
-        for key in outcome.metrics.get("tpr_at_fpr", {}):
-            if key not in keys:
-                keys.append(key)
+        for fpr in outcome.summary.fprs:
+            if rate_key(fpr) not in keys:
+                keys.append(rate_key(fpr))
     return keys
 
 
@@ -128,26 +128,25 @@ def build_table(result: AuditResult) -> Table:
     warnings: list[str] = []
     unscorable: list[str] = []
     for i, outcome in enumerate(order):
-        met = outcome.metrics
+        met = outcome.summary
         name = f"{outcome.name} {STRONGEST_MARK}" if i == 0 and key else outcome.name
-        row = [name, fmt_auc(met.get("auc")) + fmt_ci(met.get("auc_ci"), fmt_auc)]
+        row = [name, fmt_auc(met.auc) + fmt_ci(met.auc_ci, fmt_auc)]
         for k in fprs:
-            cell = fmt_pct(met.get("tpr_at_fpr", {}).get(k))
-            cell += "%" if cell != "-" else ""
-            cell += fmt_ci(met.get("tpr_at_fpr_ci", {}).get(k), fmt_pct)
-            warning = (met.get("fpr_support", {}).get(k) or {}).get("warning")
+            figure = met.find_tpr(k)
+            cell = "-" if figure is None else pct_ci(figure.tpr, figure.ci)
+            warning = None if figure is None else figure.warning
             if warning:
                 cell += LOW_SUPPORT_MARK
                 if warning not in warnings:
                     warnings.append(warning)
             row.append(cell)
-        bal = met.get("balanced_accuracy")
+        bal = met.balanced_accuracy
         row.append("-" if bal is None else f"{bal:.3f}")
         row += [_fmt_cost(label, _cost(outcome.cost, key_)) for key_, label in costs]
         rows.append(row)
-        n_bad = met.get("n_unscorable") or 0
+        n_bad = met.n_unscorable or 0
         if n_bad:
-            total = (met.get("n_members") or 0) + (met.get("n_nonmembers") or 0)
+            total = (met.n_members or 0) + (met.n_nonmembers or 0)
             unscorable.append(
                 f"{outcome.name}: {n_bad:,} of {total:,} samples unscorable (ranked lowest)"
             )

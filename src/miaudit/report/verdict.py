@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from miaudit.report.formatting import pct, rate
+from miaudit.report.formatting import ci_words, fmt_auc, pct, rate
 from miaudit.report.strength import MIN_EXPECTED_FP, assess
 from miaudit.results import AuditResult
 
@@ -32,10 +32,7 @@ def confidence_of(result: AuditResult) -> float | None:
 
 
 def _ci(ci: list[float] | None, confidence: float | None, fmt=pct) -> str:
-    if not ci:
-        return "no CI"
-    level = f"{round(100 * confidence)}% CI" if confidence else "CI"
-    return f"{level} {fmt(ci[0])} to {fmt(ci[1])}"
+    return ci_words(ci, f"{round(100 * confidence)}% CI" if confidence else "CI", fmt)
 
 
 def short_verdict(result: AuditResult) -> dict[str, Any]:
@@ -66,9 +63,9 @@ def short_verdict(result: AuditResult) -> dict[str, Any]:
         detail += f" This {support}."
     if level == "average-case":
         top = result.outcome(found["auc_attack"])
-        auc_ci = top.metrics["auc_ci"]
+        auc_ci = top.summary.auc_ci
         detail += (f" But {top.name} ranks members above non-members on average: AUC "
-                   f"{top.metrics['auc']:.3f} ({_ci(auc_ci, conf, lambda v: f'{v:.3f}')}; "
+                   f"{fmt_auc(top.summary.auc)} ({_ci(auc_ci, conf, fmt_auc)}; "
                    "0.5 is guessing).")
     line = f"Verdict: {label}. {detail}"
     statement = (result.meta or {}).get("verdict")

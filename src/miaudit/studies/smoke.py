@@ -13,9 +13,9 @@ from typing import Any
 import pandas as pd
 
 from miaudit.io import write_text
+from miaudit.report.formatting import markdown_table
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell
-from miaudit.studies.tables import markdown_table
 
 
 def run_config(params: dict[str, Any]) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def work(cell: Cell) -> list[dict[str, Any]]:
     result = evaluate_bank(built.bank, built.design.target, cfg.attacks, metric_cfg=cfg.metrics,
                            seed=cfg.seed, thresholds=False)
     accs = result.meta["models"][built.design.target]
-    return [{"attack": o.name, "auc": o.metrics["auc"], "train_acc": accs["train_acc"],
+    return [{"attack": o.name, **o.summary.auc_columns(), "train_acc": accs["train_acc"],
              "test_acc": accs["test_acc"]} for o in result.outcomes]
 
 

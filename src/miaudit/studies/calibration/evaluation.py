@@ -18,7 +18,9 @@ import numpy as np
 from miaudit import metrics
 from miaudit.attacks import TargetView, run_attack
 from miaudit.pipeline.evaluate import public_threshold
+from miaudit.results import AttackMetrics
 from miaudit.signals import SignalBank
+from miaudit.studies.calibration.config import TPR_SPELLING
 
 # log-spaced FPRs for ROC curves (the low-FPR end matters) and linear recalls for PR curves
 FPR_GRID = tuple(float(f) for f in np.round(np.logspace(-3, 0, 25), 6))
@@ -77,19 +79,10 @@ def summary(scored: Scored, fprs: Sequence[float] = (0.001, 0.01)) -> dict[str, 
     """AUC, balanced accuracy at the public threshold, TPR at ``fprs`` and sample counts."""
     result = metrics.evaluate(scored.scores, scored.members, fprs=list(fprs), n_bootstrap=0,
                               threshold=scored.threshold, recalls=[0.1, 0.5])
-    row = {
-        "auc": result["auc"],
-        "acc": result["balanced_accuracy"],
-        "threshold": scored.threshold,
-        "n_members": result["n_members"],
-        "n_nonmembers": result["n_nonmembers"],
-        "n_unscorable": result["n_unscorable"],
-    }
-    for f in fprs:
-        row[f"tpr_at_{f:g}"] = result["tpr_at_fpr"][repr(float(f))]
-    for r, p in result["precision_at_recall"].items():
-        row[f"precision_at_{float(r):g}"] = p
-    return row
+    met = AttackMetrics.from_dict(result)
+    return {**met.auc_columns(), "acc": met.balanced_accuracy, "threshold": scored.threshold,
+            **met.counts(), **met.tpr_columns(fprs, TPR_SPELLING),
+            **{f"precision_at_{p.recall:g}": p.precision for p in met.precision_at_recall}}
 
 
 def roc_rows(scores: np.ndarray, members: np.ndarray, grid: Sequence[float] = FPR_GRID

@@ -15,6 +15,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from miaudit.io import atomic_path, write_text
+from miaudit.report.formatting import markdown_table, mean_std
+from miaudit.results import tpr_column
+from miaudit.studies.calibration.config import TPR_SPELLING
 from miaudit.studies.calibration.paper import (
     COLUMNS,
     FIGURE_CLAIMS,
@@ -25,7 +28,8 @@ from miaudit.studies.calibration.paper import (
     TABLE3_ACC,
 )
 from miaudit.studies.registry import load_study_config
-from miaudit.studies.tables import markdown_table, mean_std
+
+TPR01, TPR1 = tpr_column(0.001, TPR_SPELLING), tpr_column(0.01, TPR_SPELLING)
 
 METHOD_LABEL = {"orig": "Orig", "cal": "Cal.", "cal-f": "Cal.-F"}
 SCORE_LABEL = {"gap": "Gap", "loss": "Loss", "gn": "GN", "confidence": "Conf."}
@@ -97,8 +101,8 @@ def low_fpr_table(table: pd.DataFrame) -> pd.DataFrame:
         part = main[(main["dataset"] == dataset) & (main["score"].isin(["loss", "gn"]))]
         for _, group in part.groupby(["score", "method"], sort=False):
             rows.append({"dataset": dataset, "attack": group["attack"].iloc[0],
-                         "TPR@1%": mean_std(group["tpr_at_0.01"]),
-                         "TPR@0.1%": mean_std(group["tpr_at_0.001"]),
+                         "TPR@1%": mean_std(group[TPR1]),
+                         "TPR@0.1%": mean_std(group[TPR01]),
                          "non-members": int(group["n_nonmembers"].iloc[0])})
     return pd.DataFrame(rows)
 
@@ -291,7 +295,7 @@ def dp_figure(table: pd.DataFrame, path: Path) -> pd.DataFrame:
         for attack in ("loss", "calibrated-loss"):
             part = rows[sel.loc[rows.index] & (rows["attack"] == attack)]
             entry[f"{attack} AUC"] = mean_std(part["auc"])
-            entry[f"{attack} TPR@1%"] = mean_std(part["tpr_at_0.01"])
+            entry[f"{attack} TPR@1%"] = mean_std(part[TPR1])
         entry["T"] = len(m)
         out.append(entry)
     return pd.DataFrame(out)

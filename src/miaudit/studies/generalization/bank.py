@@ -39,6 +39,7 @@ from miaudit.data import Dataset, load_dataset
 from miaudit.devices import resolve_device
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.protocol import make_design, make_split
+from miaudit.results import tpr_column as results_tpr_column
 from miaudit.signals import SignalBank
 from miaudit.signals.assemble import Signals, SignalSpec, assemble_bank, query_signals
 from miaudit.train import CheckpointSpec, ModelCache, Recipe, TrainedModel
@@ -48,8 +49,12 @@ from miaudit.train.cache import default_cache_dir
 ROC_FPRS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
+TPR_SPELLING = "@"  # how results.csv names its TPR columns (miaudit.results.tpr_column)
+
+
 def tpr_column(fpr: float) -> str:
-    return f"tpr@{fpr:g}"
+    """results.csv's column of the TPR at ``fpr``: 0.001 -> 'tpr@0.001'."""
+    return results_tpr_column(fpr, TPR_SPELLING)
 
 
 @dataclass(frozen=True)
@@ -167,12 +172,10 @@ def attack_rows(bank: SignalBank, target: int, attacks: Sequence[str],
                            thresholds=False)
     rows = []
     for outcome in result.outcomes:
-        met = outcome.metrics
-        row = {**(extra or {}), "model": target, "attack": outcome.name, **stats,
-               "auc": met["auc"], "n_members": met["n_members"],
-               "n_nonmembers": met["n_nonmembers"], "n_unscorable": met["n_unscorable"]}
-        row.update({tpr_column(f): met["tpr_at_fpr"][repr(float(f))] for f in ROC_FPRS})
-        rows.append(row)
+        met = outcome.summary
+        rows.append({**(extra or {}), "model": target, "attack": outcome.name, **stats,
+                     **met.auc_columns(), **met.counts(),
+                     **met.tpr_columns(ROC_FPRS, TPR_SPELLING)})
     return rows
 
 

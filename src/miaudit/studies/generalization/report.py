@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from miaudit.io import atomic_open, write_text
+from miaudit.report.formatting import markdown_table, pct_mean_std
 from miaudit.report.plots import figure_png
 from miaudit.studies.generalization.bank import ROC_FPRS, tpr_column
 from miaudit.studies.generalization.paper import (
@@ -32,23 +33,12 @@ from miaudit.studies.generalization.paper import (
     PAPER_MANY_MODEL,
 )
 from miaudit.studies.registry import load_study_config
-from miaudit.studies.tables import markdown_table
 
 TPR01, TPR1 = tpr_column(0.001), tpr_column(0.01)
 GAPS = ("acc_gap", "loss_gap", "test_acc")  # what the many-model study correlates TPR with
 _LABELS = {"acc_gap": "train-test accuracy gap", "loss_gap": "test-train loss gap",
            "test_acc": "test accuracy", TPR01: "TPR @ 0.1% FPR", TPR1: "TPR @ 1% FPR",
            "auc": "AUC"}
-
-
-def pct(values: Sequence[float] | pd.Series) -> str:
-    """Mean ± sample std in percent (2 decimals); just the value for one; ``-`` for none."""
-    series = pd.Series(values, dtype="float64").dropna() * 100
-    if series.empty:
-        return "-"
-    if len(series) == 1:
-        return f"{series.iloc[0]:.2f}"
-    return f"{series.mean():.2f} ± {series.std(ddof=1):.2f}"
 
 
 def _select(table: pd.DataFrame, part: str, attack: str) -> pd.DataFrame:
@@ -78,8 +68,9 @@ def augmentation_table(table: pd.DataFrame, attack: str) -> pd.DataFrame:
         if r.empty:
             continue
         out.append({"technique": technique, "models": len(r),
-                    "train acc %": pct(r["train_acc"]), "test acc %": pct(r["test_acc"]),
-                    "TPR@0.1% %": pct(r[TPR01]), "TPR@1% %": pct(r[TPR1]),
+                    "train acc %": pct_mean_std(r["train_acc"]),
+                    "test acc %": pct_mean_std(r["test_acc"]),
+                    "TPR@0.1% %": pct_mean_std(r[TPR01]), "TPR@1% %": pct_mean_std(r[TPR1]),
                     "AUC": f"{r['auc'].mean():.3f}",
                     "paper train %": p_train, "paper test %": p_test,
                     "paper TPR@0.1% %": p_tpr})
@@ -100,8 +91,9 @@ def early_stopping_table(table: pd.DataFrame, attack: str) -> pd.DataFrame:
         r = rows[rows["epoch"] == epoch]
         paper = PAPER_EARLY_STOPPING.get(step) if paired else None
         out.append({"step": step, "epoch": int(epoch), "models": len(r),
-                    "train acc %": pct(r["train_acc"]), "test acc %": pct(r["test_acc"]),
-                    "TPR@0.1% %": pct(r[TPR01]), "TPR@1% %": pct(r[TPR1]),
+                    "train acc %": pct_mean_std(r["train_acc"]),
+                    "test acc %": pct_mean_std(r["test_acc"]),
+                    "TPR@0.1% %": pct_mean_std(r[TPR01]), "TPR@1% %": pct_mean_std(r[TPR1]),
                     "AUC": f"{r['auc'].mean():.3f}",
                     "paper train %": paper[0] if paper else None,
                     "paper test %": paper[1] if paper else None,
@@ -120,10 +112,11 @@ def knowledge_table(table: pd.DataFrame, attack: str) -> pd.DataFrame:
         ratio = (known[TPR01].mean() / plain[TPR01].mean()
                  if plain[TPR01].mean() > 0 else float("nan"))
         out.append({"target technique": technique, "models": len(known),
-                    "TPR@0.1% %, refs like target": pct(known[TPR01]),
-                    "TPR@0.1% %, plain refs": pct(plain[TPR01]),
+                    "TPR@0.1% %, refs like target": pct_mean_std(known[TPR01]),
+                    "TPR@0.1% %, plain refs": pct_mean_std(plain[TPR01]),
                     "ratio": f"{ratio:.2f}" if math.isfinite(ratio) else "-",
-                    "TPR@1% %, like target / plain": f"{pct(known[TPR1])} / {pct(plain[TPR1])}",
+                    "TPR@1% %, like target / plain": (f"{pct_mean_std(known[TPR1])} / "
+                                                      f"{pct_mean_std(plain[TPR1])}"),
                     "AUC like target / plain": f"{known['auc'].mean():.3f} / "
                                                f"{plain['auc'].mean():.3f}",
                     "paper": _paper_knowledge(technique)})

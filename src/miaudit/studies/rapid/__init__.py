@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.signals.query import augmented_queries
-from miaudit.studies.rapid.report import summarize
+from miaudit.studies.rapid.report import FPRS, TPR_SPELLING, summarize
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell
 
@@ -98,15 +98,6 @@ def settings(params: dict[str, Any]) -> list[tuple[int, int]]:
     return list(dict.fromkeys(pairs))  # ordered, without repeats
 
 
-def _pct(metric: dict[str, Any], fpr: str) -> float:
-    return float(metric["tpr_at_fpr"][fpr])
-
-
-def _ci(metric: dict[str, Any], fpr: str | None) -> list[float | None]:
-    ci = metric["auc_ci"] if fpr is None else metric["tpr_at_fpr_ci"][fpr]
-    return [None, None] if ci is None else [float(ci[0]), float(ci[1])]
-
-
 def work(cell: Cell) -> list[dict[str, Any]]:
     """Build the cell's bank once; score every attack at each (references, queries) setting."""
     from miaudit.config import config_from_dict
@@ -131,23 +122,20 @@ def work(cell: Cell) -> list[dict[str, Any]]:
                                thresholds=False)
         ref_test = [accs[m]["test_acc"] for m in range(1, 1 + n_refs)]
         for o in result.outcomes:
-            m = o.metrics
-            auc_ci, t01_ci, t1_ci = _ci(m, None), _ci(m, "0.001"), _ci(m, "0.01")
+            m, cost = o.summary, o.cost_summary
             rows.append({
                 "attack": o.name,
                 "main": (n_refs, n_queries) == main,
                 "n_references": n_refs,
                 "n_queries": n_queries,
                 "query_names": ",".join(built.queries[:n_queries]),
-                "auc": m["auc"], "auc_lo": auc_ci[0], "auc_hi": auc_ci[1],
-                "tpr_0.1%": _pct(m, "0.001"), "tpr_0.1%_lo": t01_ci[0], "tpr_0.1%_hi": t01_ci[1],
-                "tpr_1%": _pct(m, "0.01"), "tpr_1%_lo": t1_ci[0], "tpr_1%_hi": t1_ci[1],
-                "n_members": m["n_members"], "n_nonmembers": m["n_nonmembers"],
-                "n_unscorable": m["n_unscorable"],
-                "cost_models": o.cost["models"],
-                "cost_queries": o.cost["queries_per_sample"],
-                "cost_train_s": o.cost.get("train_seconds"),
-                "cost_score_s": o.cost["score_seconds"],
+                **m.auc_columns(ci=True),
+                **m.tpr_columns(FPRS, TPR_SPELLING, ci=True),
+                **m.counts(),
+                "cost_models": cost.models,
+                "cost_queries": cost.queries_per_sample,
+                "cost_train_s": cost.train_seconds,
+                "cost_score_s": cost.score_seconds,
                 "target_train_acc": accs[0]["train_acc"],
                 "target_test_acc": accs[0]["test_acc"],
                 "reference_test_acc": float(np.mean(ref_test)),

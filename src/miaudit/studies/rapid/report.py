@@ -16,8 +16,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from miaudit.io import atomic_open, write_text
+from miaudit.report.formatting import markdown_table, mean_std, pct_mean_std
 from miaudit.report.plots import figure_png
-from miaudit.studies.tables import markdown_table, mean_std
+from miaudit.results import tpr_column
+
+# the FPRs results.csv records a TPR at (with its interval), and how its columns spell them
+FPRS, TPR_SPELLING = (0.001, 0.01), "%"
+TPR01, TPR1 = (tpr_column(f, TPR_SPELLING) for f in FPRS)  # "tpr_0.1%", "tpr_1%"
 
 PAPER = ('He et al., "Is Difficulty Calibration All We Need? Towards More Practical Membership '
          'Inference Attacks", ACM CCS 2024, arXiv 2409.00426')
@@ -62,10 +67,6 @@ def _order(values: pd.Series) -> list:
     return list(pd.unique(values))
 
 
-def _pct(values: pd.Series) -> str:
-    return mean_std(pd.Series(values, dtype="float64") * 100, digits=2)
-
-
 def _non_dp(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["epsilon"].isna()] if "epsilon" in table else table
 
@@ -77,8 +78,8 @@ def _summary(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         key = key if isinstance(key, tuple) else (key,)
         out.append({**dict(zip(keys, key, strict=True)),
                     "AUC": mean_std(group["auc"]),
-                    "TPR@0.1% (%)": _pct(group["tpr_0.1%"]),
-                    "TPR@1% (%)": _pct(group["tpr_1%"]),
+                    "TPR@0.1% (%)": pct_mean_std(group[TPR01]),
+                    "TPR@1% (%)": pct_mean_std(group[TPR1]),
                     "reps": int(group["rep"].nunique()),
                     "non-members/rep": int(group["n_nonmembers"].median())})
     return pd.DataFrame(out)
@@ -145,7 +146,7 @@ def cost_table(table: pd.DataFrame) -> pd.DataFrame:
 
 
 # (column, axis label, scale) of the figures' rows
-_METRICS = [("tpr_0.1%", "TPR at 0.1% FPR (%)", 100), ("tpr_1%", "TPR at 1% FPR (%)", 100),
+_METRICS = [(TPR01, "TPR at 0.1% FPR (%)", 100), (TPR1, "TPR at 1% FPR (%)", 100),
             ("auc", "AUC", 1)]
 
 
