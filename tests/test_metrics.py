@@ -249,3 +249,8 @@ def test_bad_parameters_raise() -> None:
         metrics.evaluate(scores, members, fprs=(0.0,))
     with pytest.raises(AttackError, match="confidence"):
         metrics.evaluate(scores, members, confidence=1.5)
+
+
+def test_support_warning_says_one_false_positive_in_the_singular() -> None:
+    assert "rests on 1 expected false positive (n=1,000" in metrics.support_warning(1000, 0.001)
+    assert "rests on 2 expected false positives" in metrics.support_warning(2000, 0.001)

@@ -200,7 +200,8 @@ def support_warning(n_nonmembers: int, fpr: float) -> str | None:
     if expected >= 10 * (1 - 1e-12):
         return None
     return (
-        f"TPR@{fpr * 100:g}% FPR rests on {expected:.3g} expected false positives "
+        f"TPR@{fpr * 100:g}% FPR rests on {expected:.3g} expected false "
+        f"{'positive' if expected == 1 else 'positives'} "
         f"(n={n_nonmembers:,} non-members < {10 / fpr:,.0f}): treat as indicative"
     )
 
