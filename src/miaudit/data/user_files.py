@@ -1,10 +1,14 @@
-"""Bring-your-own data: `.npz` (keys `X`, `y`), `.csv` or `.parquet` with a label column.
+"""Bring-your-own data: `.npz` (keys `X`, `y`), `.csv`, `.jsonl` or `.parquet` with a label column.
 
-`load_dataset("file", path=...)` or simply `load_dataset("/path/to/data.npz")`.
+`load_dataset("file", path=...)` or simply `load_dataset("/path/to/data.npz")`. A table with a
+text column loads as a text dataset: `load_dataset("mail.csv", text_column="body")` (or
+`kind="text"`, column `text` by default).
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +22,9 @@ from miaudit.errors import DataError
 if TYPE_CHECKING:
     import pandas as pd
 
-_TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+_TABLE_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+# what a label cell reads as missing in a text table (texts themselves are kept verbatim)
+_LABEL_NA = ["", "NA", "N/A", "n/a", "NaN", "nan", "null", "NULL", "None", "<NA>"]
 
 
 def _check_finite(x: np.ndarray, path: Path) -> None:
@@ -78,11 +84,63 @@ def _image_layout(x: np.ndarray, path: Path, notes: list[str], raw: bool = False
     return x.astype(np.float32)
 
 
-def _read_table(path: Path, fmt: str) -> pd.DataFrame:
+def _check_utf8(path: Path) -> None:
+    """A .csv / .jsonl must be UTF-8: name the first bad line, and how to re-encode."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise DataError(
+            f"{path}: line {line} holds bytes that are not UTF-8 ({data[exc.start:exc.end]!r} "
+            f"at byte {exc.start}); re-encode the file as UTF-8, e.g. `iconv -f latin1 -t "
+            f"utf-8 {path.name} > fixed{path.suffix}` (or open it in pandas with its encoding "
+            "and save it again)"
+        ) from None
+
+
+def _read_jsonl(path: Path) -> pd.DataFrame:
     import pandas as pd
 
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise DataError(f"{path}: line {number} is not valid JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise DataError(
+                    f"{path}: line {number} is a JSON {type(row).__name__}; each line must be "
+                    'one object, e.g. {"text": "...", "label": 0}'
+                )
+            rows.append(row)
+    if not rows:
+        raise DataError(f"{path} is empty; it needs one JSON object per line")
+    return pd.DataFrame(rows)
+
+
+def _read_table(
+    path: Path, fmt: str, text_column: str | None = None, label_column: str = "label"
+) -> pd.DataFrame:
+    import pandas as pd
+
+    if fmt in ("csv", "jsonl"):
+        _check_utf8(path)
     try:
-        return pd.read_csv(path) if fmt == "csv" else pd.read_parquet(path)
+        if fmt == "jsonl":
+            return _read_jsonl(path)
+        if fmt == "parquet":
+            return pd.read_parquet(path)
+        if text_column is None:
+            return pd.read_csv(path)
+        # texts verbatim (no number parsing, 'NA' stays 'NA', '' stays ''); labels as usual
+        return pd.read_csv(
+            path, dtype={text_column: str}, keep_default_na=False,
+            na_values={label_column: _LABEL_NA},
+        )
     except pd.errors.EmptyDataError as exc:
         raise DataError(f"{path} is empty; it needs a header and at least one row") from exc
     except (OSError, ValueError, ImportError, pd.errors.ParserError) as exc:
@@ -108,8 +166,9 @@ def _table_features(df: pd.DataFrame, path: Path, notes: list[str]) -> tuple[np.
 @register_dataset(
     "file",
     kind="tabular",
-    description="your own .npz (X, y) / .csv / .parquet file: load_dataset(PATH)",
-    options={"path": None, "label_column": "label", "kind": None, "standardize": False},
+    description="your own .npz (X, y) / .csv / .jsonl / .parquet file: load_dataset(PATH)",
+    options={"path": None, "label_column": "label", "kind": None, "standardize": False,
+             "text_column": None, "drop_empty": False},
     listed=False,
     preprocessing={
         "standard": "as given, except: non-numeric table columns one-hot encoded, integer "
@@ -117,7 +176,7 @@ def _table_features(df: pd.DataFrame, path: Path, notes: list[str]) -> tuple[np.
         "raw": "as given, as float32 (non-numeric table columns still one-hot encoded; image "
         "pixels never rescaled)",
     },
-)
+)  # text files (text_column / kind='text'): the texts as given, under either value
 def load_file(
     folder: Path,
     path: str | Path | None = None,
@@ -125,11 +184,17 @@ def load_file(
     kind: str | None = None,
     standardize: bool = False,
     preprocessing: str = "standard",
+    text_column: str | None = None,
+    drop_empty: bool = False,
 ) -> Dataset:
     """Load a user file; labels of any type are mapped to 0..K-1 (sorted) and recorded.
 
     `preprocessing="raw"` feeds the file's numbers as they are (no /255 of integer pixels,
-    no range check); it cannot be combined with `standardize`.
+    no range check); it cannot be combined with `standardize`. With `text_column` (or
+    `kind="text"`, column `text` by default) a .csv / .jsonl / .parquet loads as a text
+    dataset: that column's strings as given, other columns but the label ignored; empty or
+    whitespace-only texts are refused unless `drop_empty` (which drops those rows, so later
+    rows move up: say so in your member list).
     """
     raw = preprocessing == "raw"
     if raw and standardize:
@@ -142,25 +207,32 @@ def load_file(
     path = Path(path).expanduser()
     if not path.is_file():
         raise DataError(f"no such file: {path}; check the path")
-    if kind not in (None, "image", "tabular"):
-        raise DataError(f"kind must be 'image', 'tabular' or None (infer), got {kind!r}")
+    if kind not in (None, "image", "tabular", "text"):
+        raise DataError(f"kind must be 'image', 'tabular', 'text' or None (infer), got {kind!r}")
     suffix = path.suffix.lower()
+    if kind == "text" or text_column is not None:
+        if kind not in (None, "text"):
+            raise DataError(f"text_column={text_column!r} makes a text dataset; drop kind={kind!r}")
+        if standardize:
+            raise DataError("standardize: true applies to numeric columns, not to texts; drop it")
+        return _load_text_file(path, suffix, text_column or "text", label_column, drop_empty,
+                               preprocessing)
+    if drop_empty:
+        raise DataError("drop_empty applies to text files only (with text_column=...); drop it")
     notes: list[str] = []
     if suffix == ".npz":
         x, y_raw = _load_npz(path)
     elif suffix in _TABLE_SUFFIXES:
         df = _read_table(path, _TABLE_SUFFIXES[suffix])
-        if label_column not in df.columns:
-            raise DataError(
-                f"{path} has no label column {label_column!r}; its columns are "
-                f"{[str(c) for c in df.columns]}: pass label_column=NAME"
-            )
+        _need_column(df, label_column, "label", path)
         y_raw = df[label_column].to_numpy()
         x, _ = _table_features(df.drop(columns=[label_column]), path, notes)
         if kind == "image":
             raise DataError(f"{path}: tables load as tabular data; save images as .npz instead")
     else:
-        raise DataError(f"{path}: unsupported file type {suffix!r}; use .npz, .csv or .parquet")
+        raise DataError(
+            f"{path}: unsupported file type {suffix!r}; use .npz, .csv, .jsonl or .parquet"
+        )
     if len(x) == 0 or x.ndim < 2 or x[0].size == 0:
         raise DataError(f"{path} holds no samples or no feature columns; nothing to audit")
     if len(x) != len(y_raw):
@@ -199,3 +271,86 @@ def _encode(y: np.ndarray, path: Path) -> tuple[np.ndarray, list[Any]]:
         return encode_labels(y)
     except DataError as exc:
         raise DataError(f"{path}: {exc}") from None
+
+
+def _need_column(df: pd.DataFrame, column: str, role: str, path: Path) -> None:
+    """A DataError listing the columns present and the closest one, if `column` is absent."""
+    if column in df.columns:
+        return
+    present = [str(c) for c in df.columns]
+    close = difflib.get_close_matches(str(column), present, n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise DataError(
+        f"{path} has no {role} column {column!r}; its columns are {present}{hint}: "
+        f"pass {role}_column=NAME"
+    )
+
+
+def _load_text_file(
+    path: Path, suffix: str, text_column: str, label_column: str, drop_empty: bool,
+    preprocessing: str,
+) -> Dataset:
+    """A .csv / .jsonl / .parquet with a text and a label column -> a text Dataset."""
+    import pandas as pd
+
+    if suffix not in _TABLE_SUFFIXES:
+        raise DataError(
+            f"{path}: texts load from .csv, .jsonl or .parquet files, not {suffix!r}; save "
+            "a table with a text column and a label column"
+        )
+    df = _read_table(path, _TABLE_SUFFIXES[suffix], text_column, label_column)
+    _need_column(df, text_column, "text", path)
+    _need_column(df, label_column, "label", path)
+    if text_column == label_column:
+        raise DataError(f"{path}: text_column and label_column are both {text_column!r}")
+    if len(df) == 0:
+        raise DataError(f"{path} holds no rows; nothing to audit")
+    values = df[text_column].tolist()
+    missing = [i for i, v in enumerate(values) if v is None or v is pd.NA
+               or (isinstance(v, float) and v != v)]
+    gaps = set(missing)
+    not_text = [i for i, v in enumerate(values) if i not in gaps and not isinstance(v, str)]
+    if not_text:
+        raise DataError(
+            f"{path}: text column {text_column!r} holds non-text values in data rows "
+            f"{not_text[:10]} (counted from 0; e.g. {values[not_text[0]]!r}); store them as "
+            "strings (quote them in JSON)"
+        )
+    empty = sorted(set(missing) | {i for i, v in enumerate(values)
+                                   if isinstance(v, str) and not v.strip()})
+    notes: list[str] = []
+    keep = np.ones(len(values), dtype=bool)
+    if empty and not drop_empty:
+        shown = ", ".join(str(i) for i in empty[:20]) + (" ..." if len(empty) > 20 else "")
+        raise DataError(
+            f"{path}: {len(empty)} rows have an empty or whitespace-only text in column "
+            f"{text_column!r}: data rows {shown} (counted from 0, header excluded); fill or "
+            "remove them, or pass drop_empty: true to drop them (later rows then move up)"
+        )
+    if empty:
+        keep[empty] = False
+        notes.append(
+            f"dropped {len(empty)} rows with an empty or whitespace-only text (data rows "
+            f"{empty[:20]}{' ...' if len(empty) > 20 else ''}); the rows after them moved up"
+        )
+    if not keep.any():
+        raise DataError(f"{path}: every text is empty; nothing to audit")
+    texts = [v for v, k in zip(values, keep, strict=True) if k]
+    labels, classes = _encode(df[label_column].to_numpy()[keep], path)
+    notes.append(f"labels mapped to 0..{len(classes) - 1}: {describe_mapping(classes)}")
+    repeated = len(texts) - len(set(texts))
+    if repeated:
+        notes.append(
+            f"{repeated} texts repeat an earlier row exactly (kept: a member and a non-member "
+            "with the same text cannot be told apart)"
+        )
+    return Dataset(
+        name=f"file:{path.name}",
+        features=np.array(texts, dtype=object),
+        labels=labels,
+        num_classes=len(classes),
+        kind="text",
+        source=str(path.resolve()),
+        notes="; ".join(notes),
+        preprocessing=f"{preprocessing}: as given (texts of column {text_column!r})",
+    )
