@@ -9,6 +9,7 @@ from miaudit.attacks import (  # noqa: F401  (importing a module registers its a
     hybrid,
     label_only,
     lira,
+    lm,
     rapid,
     rmia,
     shokri,

@@ -49,6 +49,14 @@ class TargetView:
         self._logits = bank.logits
         self._statistics = bank.statistics
         self._channels = bank.channels
+        # Sequence signals of causal LMs (None in a classifier bank): [M, N, T] per model.
+        self._seq_token = bank.seq_token_logprob
+        self._seq_mean = bank.seq_mean_logprob
+        self._seq_std = bank.seq_std_logprob
+        self._seq_loglik = bank.sequence_loglik if bank.has_sequences else None
+        self.seq_lengths = bank.seq_lengths  # int [N] or None: scored tokens per sample
+        self.text_zlib_bytes = bank.text_zlib_bytes  # int [N] or None
+        self.text_chars = bank.text_chars  # int [N] or None
         self._memo: dict[Hashable, Any] = {}
 
     @classmethod
@@ -115,6 +123,50 @@ class TargetView:
         """White-box channel `name` for every reference, float64 [R, N]."""
         return self._channels[name][self.reference_ids]
 
+    @property
+    def has_sequences(self) -> bool:
+        return self._seq_token is not None
+
+    @property
+    def has_min_k_plus_plus(self) -> bool:
+        return self._seq_mean is not None
+
+    @property
+    def has_text(self) -> bool:
+        return self.text_zlib_bytes is not None
+
+    def target_token_logprob(self) -> np.ndarray:
+        """log p(x_{t+1} | x_<=t) of the target, float32 [N, T]; positions >= seq_lengths are
+        padding (never read them: `valid_positions`)."""
+        return self._sequence(self._seq_token)[self.target]
+
+    def reference_token_logprob(self, r: int) -> np.ndarray:
+        """Reference r's (0..R-1) token log-probabilities, float32 [N, T]."""
+        return self._sequence(self._seq_token)[self.reference_ids[r]]
+
+    def target_next_token_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std of log p(v) under the target's next-token distribution, float32
+        [N, T] each (Min-K%++)."""
+        return self._sequence(self._seq_mean)[self.target], self._seq_std[self.target]
+
+    def target_seq_loglik(self) -> np.ndarray:
+        """Target's mean token log-probability over each sample's valid tokens, float64 [N]
+        (the negated LM loss)."""
+        return self._sequence(self._seq_loglik)[self.target]
+
+    def reference_seq_loglik(self) -> np.ndarray:
+        """Every reference's mean token log-probability, float64 [R, N]."""
+        return self._sequence(self._seq_loglik)[self.reference_ids]
+
+    @staticmethod
+    def _sequence(array: np.ndarray | None) -> np.ndarray:
+        if array is None:
+            raise AttackError(
+                "the bank holds no sequence signals (seq_token_logprob, seq_mean_logprob, "
+                "seq_std_logprob); signal a causal language model into a sequence bank."
+            )
+        return array
+
     def out_mask(self) -> np.ndarray:
         """bool [R, N], read-only: reference r did not train on sample n."""
         return self.memo("out_mask", lambda: _frozen(~self.reference_membership))
@@ -159,6 +211,9 @@ class Needs:
     population: bool = False  # attacker-owned samples no model trained on
     channel: str | None = None  # a white-box channel such as "grad_norm"
     shadows: int = 0  # references whose membership is used to train a scorer
+    sequence: bool = False  # per-token log-probs of causal LMs (seq_token_logprob, seq_lengths)
+    next_token_moments: bool = False  # seq_mean_logprob and seq_std_logprob (Min-K%++)
+    text: bool = False  # text_zlib_bytes and text_chars (zlib, the blind baseline)
 
     def check(self, view: TargetView, attack: str) -> None:
         problems = []
@@ -190,6 +245,23 @@ class Needs:
             problems.append(
                 f"needs at least {self.shadows} shadow/reference models with known membership; "
                 f"the bank has {view.n_references}."
+            )
+        if self.sequence and not view.has_sequences:
+            problems.append(
+                "needs the sequence signals of a causal language model (seq_token_logprob "
+                "[M,N,T] and seq_lengths [N]), which the bank lacks; build a sequence bank "
+                "(signals.sequence.sequence_signals on the model's logits)."
+            )
+        if self.next_token_moments and not view.has_min_k_plus_plus:
+            problems.append(
+                "needs seq_mean_logprob and seq_std_logprob [M,N,T] (the mean and std of "
+                "log p(v) under each next-token distribution), which the bank lacks; export "
+                "them with signals.sequence.sequence_signals."
+            )
+        if self.text and not view.has_text:
+            problems.append(
+                "needs the samples' text sizes text_zlib_bytes and text_chars [N], which the "
+                "bank lacks; compute them with signals.sequence.text_sizes."
             )
         if problems:
             raise AttackError(f"attack '{attack}' cannot run: " + " ".join(problems))

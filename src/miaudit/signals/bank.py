@@ -27,20 +27,48 @@ CHANNEL_PREFIX = "channel_"
 QUERIES_SUFFIX = "_queries"
 _REQUIRED_KEYS = ("logits", "labels", "membership")
 _OPTIONAL_KEYS = ("population", "audit")
+# Sequence arrays (causal LMs): [M, N, T] float32 per model, and per-sample [N] ints.
+SEQUENCE_KEYS = ("seq_token_logprob", "seq_mean_logprob", "seq_std_logprob")
+TEXT_KEYS = ("text_zlib_bytes", "text_chars")
+_SEQUENCE_OPTIONAL = (*SEQUENCE_KEYS, "seq_lengths", *TEXT_KEYS)
+# Largest mean log-probability used in the derived logits: log(1 - p) must stay finite.
+_MAX_MEAN_LOGPROB = -1e-6
 
 
 @dataclass
 class SignalBank:
-    """Logits of M models on N samples under Q queries, with labels and membership."""
+    """Logits of M models on N samples under Q queries, with labels and membership; for
+    causal language models, per-token sequence signals (then logits may be derived)."""
 
-    logits: np.ndarray  # float32 [M, N, Q, C]
-    labels: np.ndarray  # int64 [N]
+    logits: np.ndarray | None  # float32 [M, N, Q, C]; None: derived from the sequences
+    labels: np.ndarray | None  # int64 [N]; None with derived logits: all 0 (the true class)
     membership: np.ndarray  # bool [M, N]
     population: np.ndarray | None = None  # bool [N]: attacker-owned, never evaluated
     audit: np.ndarray | None = None  # bool [N]: the samples scored and evaluated
     channels: dict[str, np.ndarray] = field(default_factory=dict)  # name -> float [M, N]
+    # Sequence signals (docs/algorithms.md §15); positions >= seq_lengths[n] are padding.
+    seq_token_logprob: np.ndarray | None = None  # float32 [M, N, T]: log p(x_{t+1} | x_<=t)
+    seq_mean_logprob: np.ndarray | None = None  # float32 [M, N, T]: sum_v p(v) log p(v)
+    seq_std_logprob: np.ndarray | None = None  # float32 [M, N, T]: std of log p(v) under p
+    seq_lengths: np.ndarray | None = None  # int64 [N]: scored tokens per sample, in [1, T]
+    text_zlib_bytes: np.ndarray | None = None  # int64 [N]: len(zlib.compress(text.utf8))
+    text_chars: np.ndarray | None = None  # int64 [N]: characters of the text
 
     def __post_init__(self) -> None:
+        self._logits_derived = False
+        _prepare_sequences(self)
+        if self.logits is None:
+            if self.seq_token_logprob is None:
+                raise BankError(
+                    "a bank needs logits [M,N,Q,C]; only a sequence bank (seq_token_logprob "
+                    "[M,N,T] and seq_lengths [N]) may leave them out."
+                )
+            self.logits = sequence_logits(self.sequence_loglik)
+            self._logits_derived = True
+            if self.labels is None:
+                self.labels = np.zeros(self.logits.shape[1], dtype=np.int64)
+        elif self.labels is None:
+            raise BankError("labels [N] are required with explicit logits.")
         self.logits = np.asarray(self.logits)
         if self.logits.dtype != np.float32:
             self.logits = self.logits.astype(np.float32)
@@ -76,12 +104,49 @@ class SignalBank:
         return self.logits.shape[3]
 
     @property
+    def has_sequences(self) -> bool:
+        """Whether the bank holds the per-token sequence signals of causal LMs."""
+        return self.seq_token_logprob is not None
+
+    @property
+    def has_text(self) -> bool:
+        """Whether the bank holds the per-sample text sizes (`text_zlib_bytes`, `text_chars`)."""
+        return self.text_zlib_bytes is not None
+
+    @property
+    def logits_derived(self) -> bool:
+        """True when the logits were derived from the sequences (not stored in bank.npz)."""
+        return self._logits_derived
+
+    @property
+    def sequence_loglik(self) -> np.ndarray:
+        """Mean log-probability of the actual tokens over each sample's valid positions,
+        float64 [M, N] (the negated LM loss), computed once; padding is never read."""
+        if self.seq_token_logprob is None or self.seq_lengths is None:
+            raise BankError("the bank holds no sequence signals (seq_token_logprob).")
+        cached = self.__dict__.get("_sequence_loglik")
+        if cached is None:
+            valid = valid_positions(self.seq_lengths, self.seq_token_logprob.shape[2])
+            total = np.where(valid[None], self.seq_token_logprob, 0.0).sum(
+                axis=2, dtype=np.float64
+            )
+            cached = total / self.seq_lengths[None, :]
+            cached.flags.writeable = False
+            self.__dict__["_sequence_loglik"] = cached
+        return cached
+
+    @property
     def statistics(self) -> StatisticCache:
         """Per-model, per-sample, per-query statistics (loss, LiRA's phi, ...), computed once."""
         return self._statistics
 
     def replace(self, **changes: object) -> SignalBank:
-        """A validated copy with some arrays replaced (e.g. another membership or mask)."""
+        """A validated copy with some arrays replaced (e.g. another membership or mask).
+        Derived logits are derived again (from the copy's sequences) unless replaced."""
+        if self._logits_derived and "logits" not in changes:
+            changes = {"logits": None, **changes}
+            if "labels" not in changes:
+                changes["labels"] = None
         return dataclasses.replace(self, **changes)
 
     def save(self, path: str | os.PathLike, compressed: bool = False) -> Path:
@@ -94,7 +159,13 @@ class SignalBank:
             "population": self.population,
             "audit": self.audit,
         }
+        if self._logits_derived:  # re-derived on load from the sequences
+            del arrays["logits"], arrays["labels"]
         arrays.update({CHANNEL_PREFIX + k: v for k, v in self.channels.items()})
+        for key in _SEQUENCE_OPTIONAL:
+            value = getattr(self, key)
+            if value is not None:
+                arrays[key] = value
         saver = np.savez_compressed if compressed else np.savez
         with atomic_path(path) as tmp, open(tmp, "wb") as handle:
             saver(handle, **arrays)
@@ -114,13 +185,17 @@ class SignalBank:
                 f"bank file {path} cannot be read ({exc}); it is not a valid .npz — "
                 "re-create it with numpy.savez or `miaudit run`."
             ) from exc
-        missing = [k for k in _REQUIRED_KEYS if k not in arrays]
+        required = _REQUIRED_KEYS
+        if "seq_token_logprob" in arrays and "logits" not in arrays:
+            required = ("membership",)  # a sequence bank: logits and labels are derived
+        missing = [k for k in required if k not in arrays]
         if missing:
             raise BankError(
                 f"bank file {path} lacks required arrays {missing}; a bank needs "
-                "logits [M,N,Q,C], labels [N] and membership [M,N]."
+                "logits [M,N,Q,C], labels [N] and membership [M,N] (a sequence bank: "
+                "membership, seq_token_logprob [M,N,T] and seq_lengths [N])."
             )
-        known = set(_REQUIRED_KEYS) | set(_OPTIONAL_KEYS)
+        known = set(_REQUIRED_KEYS) | set(_OPTIONAL_KEYS) | set(_SEQUENCE_OPTIONAL)
         unknown = [k for k in arrays if k not in known and not k.startswith(CHANNEL_PREFIX)]
         if unknown:
             raise BankError(
@@ -131,12 +206,13 @@ class SignalBank:
             k[len(CHANNEL_PREFIX):]: v for k, v in arrays.items() if k.startswith(CHANNEL_PREFIX)
         }
         return cls(
-            logits=arrays["logits"],
-            labels=arrays["labels"],
+            logits=arrays.get("logits"),
+            labels=arrays.get("labels"),
             membership=arrays["membership"],
             population=arrays.get("population"),
             audit=arrays.get("audit"),
             channels=channels,
+            **{k: arrays.get(k) for k in _SEQUENCE_OPTIONAL},
         )
 
 
@@ -200,3 +276,113 @@ def validate_bank(bank: SignalBank) -> None:
             )
         if not np.isfinite(values).all():
             raise BankError(f"channel '{key}' holds NaN or infinite values.")
+
+
+def valid_positions(lengths: np.ndarray, width: int) -> np.ndarray:
+    """bool [N, T]: position t of sample n is a scored token (t < lengths[n])."""
+    return np.arange(width)[None, :] < np.asarray(lengths)[:, None]
+
+
+def sequence_logits(loglik: np.ndarray) -> np.ndarray:
+    """Two-class logits [M, N, 1, 2] from mean log-likelihoods `loglik [M, N]`: class 0 (the
+    label) gets `l`, class 1 `log(1 - e^l)`, so softmax gives `p = e^l` on the true class and
+    the cached statistics read: loss = -l, prob_true = p, phi = log p - log(1 - p). `l` is
+    capped at -1e-6 so that log(1 - p) stays finite."""
+    ell = np.minimum(np.asarray(loglik, dtype=np.float64), _MAX_MEAN_LOGPROB)
+    other = np.log(-np.expm1(ell))
+    return np.stack([ell, other], axis=-1)[:, :, None, :].astype(np.float32)
+
+
+def _prepare_sequences(bank: SignalBank) -> None:
+    """Convert and validate the sequence and text arrays (before logits are derived)."""
+    present = [k for k in _SEQUENCE_OPTIONAL if getattr(bank, k) is not None]
+    if not present:
+        return
+    membership = np.asarray(bank.membership)
+    if membership.ndim != 2:
+        raise BankError(
+            f"membership must have shape [M, N] (models, samples); got {membership.shape}."
+        )
+    m, n = membership.shape
+    has_text = [k for k in TEXT_KEYS if getattr(bank, k) is not None]
+    if has_text and len(has_text) != len(TEXT_KEYS):
+        raise BankError(
+            f"text arrays come together: the bank has {has_text} but needs all of "
+            f"{list(TEXT_KEYS)} (zlib-compressed UTF-8 length and character count per sample)."
+        )
+    for key in TEXT_KEYS:
+        value = getattr(bank, key)
+        if value is None:
+            continue
+        value = _integers(key, value, n)
+        least = 1 if key == "text_zlib_bytes" else 0
+        if (value < least).any():
+            raise BankError(
+                f"{key} must be >= {least}; {int((value < least).sum())} samples are not."
+            )
+        setattr(bank, key, value)
+    has_seq = [k for k in (*SEQUENCE_KEYS, "seq_lengths") if getattr(bank, k) is not None]
+    if not has_seq:
+        return
+    if bank.seq_token_logprob is None or bank.seq_lengths is None:
+        raise BankError(
+            f"the bank has {has_seq} but a sequence bank needs at least seq_token_logprob "
+            "[M,N,T] and seq_lengths [N]."
+        )
+    lengths = _integers("seq_lengths", bank.seq_lengths, n)
+    tokens = np.asarray(bank.seq_token_logprob)
+    if tokens.ndim != 3 or tokens.shape[:2] != (m, n) or tokens.shape[2] == 0:
+        raise BankError(
+            f"seq_token_logprob must have shape [M, N, T] = [{m}, {n}, T>0] (models, samples, "
+            f"token positions) to match membership; got {tokens.shape}."
+        )
+    width = tokens.shape[2]
+    if lengths.min() < 1 or lengths.max() > width:
+        bad = int(((lengths < 1) | (lengths > width)).sum())
+        raise BankError(
+            f"{bad} seq_lengths are outside 1..{width} (T, the padded width); each sample "
+            "needs at least one scored token and no more than T."
+        )
+    bank.seq_lengths = lengths
+    valid = valid_positions(lengths, width)
+    for key in SEQUENCE_KEYS:
+        value = getattr(bank, key)
+        if value is None:
+            continue
+        value = np.asarray(value)
+        if value.shape != tokens.shape:
+            raise BankError(
+                f"{key} must have the shape of seq_token_logprob, {tokens.shape}; "
+                f"got {value.shape}."
+            )
+        value = value.astype(np.float32, copy=False)
+        inside = value[:, valid]  # [M, valid positions]: padding is never checked
+        finite = np.isfinite(inside)
+        if not finite.all():
+            bad_models = np.unique(np.nonzero(~finite)[0]).tolist()
+            raise BankError(
+                f"{int((~finite).sum())} valid positions of {key} are NaN or infinite "
+                f"(models {bad_models[:10]}); re-export those models' sequence signals."
+            )
+        if key != "seq_std_logprob" and (inside > 1e-4).any():
+            raise BankError(
+                f"{key} holds positive log-probabilities at valid positions; it must be "
+                "log p (<= 0) — check that log_softmax, not raw logits, was exported."
+            )
+        if key == "seq_std_logprob" and (inside < 0).any():
+            raise BankError("seq_std_logprob holds negative standard deviations.")
+        setattr(bank, key, value)
+    if (bank.seq_mean_logprob is None) != (bank.seq_std_logprob is None):
+        raise BankError(
+            "seq_mean_logprob and seq_std_logprob come together (Min-K%++ needs both)."
+        )
+
+
+def _integers(key: str, value: object, n: int) -> np.ndarray:
+    array = np.asarray(value)
+    if array.shape != (n,):
+        raise BankError(f"{key} must have shape [N] = [{n}]; got {array.shape}.")
+    if not np.issubdtype(array.dtype, np.integer):
+        if not (np.issubdtype(array.dtype, np.floating) and np.all(array == np.round(array))):
+            raise BankError(f"{key} must be integers; got dtype {array.dtype}.")
+    return array.astype(np.int64)

@@ -1,0 +1,189 @@
+"""Membership inference attacks on causal language models (docs/algorithms.md §15).
+
+Every attack reads a sequence bank: per model and sample, the log-probability of each actual
+next token `log p(x_t)` at the valid positions t < L_n (`seq_lengths`; padding is never read),
+and, for Min-K%++, the mean `mu_t` and std `sigma_t` of log p(v) under the next-token
+distribution. `ll(n) = mean_{t < L_n} log p(x_t)` is the sequence log-likelihood per token and
+`loss(n) = -ll(n)` the LM loss (nats per token). Higher score = more likely a member.
+
+- `lm-loss` (Yeom et al. on sequences): `ll_t`.
+- `zlib` (Carlini et al. 2021): `-loss_t / zlib_bytes`, the log-perplexity over the zlib
+  entropy (bytes of the zlib-compressed UTF-8 text), negated.
+- `min-k` (Shi et al. 2024): the mean of the lowest `k * L_n` token log-probs (at least one).
+- `min-k-plus-plus` (Zhang et al. 2024): the same over `(log p(x_t) - mu_t) / sigma_t`.
+- `lm-calibrated` (Watson et al. 2022): `mean_{OUT(n)} loss_r - loss_t`.
+- `lm-lira-offline` (Carlini et al. 2022): `log Phi((ll_t - mu_out) / s_out)`, a Gaussian fit
+  to the OUT references' ll (lira.py's fit, equal counts); `lm-lira-offline-fixed-variance`
+  pools one OUT variance over samples (few references).
+- `lm-rmia` (Zarifzadeh et al. 2024): offline RMIA (rmia.py) on `p = exp(ll)`.
+- `lm-rapid` (He et al. 2024): RAPID's scorer on `[loss, loss - mean_OUT loss]`.
+- `blind` (Das et al. 2024): `-zlib_bytes / chars`, the text's compressibility; no model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.special import log_ndtr
+
+from miaudit.attacks.base import Needs, TargetView, mean_over_out, register_attack
+from miaudit.attacks.lira import SIGMA_FLOOR, equal_count_mask, fit_gaussians
+from miaudit.attacks.rapid import RAPID_DEFAULTS, rapid_scorer_attack
+from miaudit.attacks.rmia import _ratio, dominance
+from miaudit.errors import AttackError
+from miaudit.signals.bank import valid_positions
+
+FAMILY = "language-model"
+
+
+def lowest_fraction_mean(values: np.ndarray, lengths: np.ndarray, k: float) -> np.ndarray:
+    """Mean of the `max(1, floor(k * L_n))` smallest of `values[n, :L_n]`, float64 [N].
+
+    Padding (positions >= L_n) is replaced by +inf before the sort, so it is never selected,
+    whatever it holds."""
+    if not 0.0 < k <= 1.0:
+        raise AttackError(f"Min-K%'s k must lie in (0, 1]; got {k}.")
+    valid = valid_positions(lengths, values.shape[1])
+    ordered = np.sort(np.where(valid, values.astype(np.float64), np.inf), axis=1)
+    count = np.maximum(1, np.floor(k * lengths + 1e-9).astype(np.int64))
+    # Only the first `count` (finite) columns are summed: the +inf padding sorts last.
+    keep = np.arange(values.shape[1])[None, :] < count[:, None]
+    return np.where(keep, ordered, 0.0).sum(axis=1) / count
+
+
+def _out_loss_mean(view: TargetView) -> np.ndarray:
+    """Mean LM loss of the references OUT for each sample, float64 [N]; NaN without one."""
+    return view.memo(
+        "lm-out-loss", lambda: -mean_over_out(view.reference_seq_loglik(), view.out_mask())
+    )
+
+
+@register_attack(
+    "lm-loss",
+    family=FAMILY,
+    needs=Needs(sequence=True),
+    description="LM loss: mean log p(x_t) over the sample's tokens (= -loss)",
+)
+def lm_loss(view: TargetView) -> np.ndarray:
+    return view.target_seq_loglik().copy()
+
+
+@register_attack(
+    "zlib",
+    family=FAMILY,
+    needs=Needs(sequence=True, text=True),
+    description="Carlini et al. 2021: -loss / zlib entropy (bytes of the compressed text)",
+)
+def zlib_ratio(view: TargetView) -> np.ndarray:
+    return view.target_seq_loglik() / view.text_zlib_bytes
+
+
+@register_attack(
+    "min-k",
+    family=FAMILY,
+    needs=Needs(sequence=True),
+    description="Shi et al. 2024 (Min-K% Prob): mean of the lowest k of token log-probs",
+    k=0.2,
+)
+def min_k(view: TargetView, k: float) -> np.ndarray:
+    return lowest_fraction_mean(view.target_token_logprob(), view.seq_lengths, k)
+
+
+@register_attack(
+    "min-k-plus-plus",
+    family=FAMILY,
+    needs=Needs(sequence=True, next_token_moments=True),
+    description="Zhang et al. 2024 (Min-K%++): lowest-k mean of (log p(x_t) - mu_t) / sigma_t",
+    k=0.2,
+)
+def min_k_plus_plus(view: TargetView, k: float) -> np.ndarray:
+    token = view.target_token_logprob().astype(np.float64)
+    mu, sigma = view.target_next_token_moments()
+    valid = valid_positions(view.seq_lengths, token.shape[1])
+    with np.errstate(all="ignore"):  # padding may hold anything; it is masked below
+        z = (token - mu) / np.maximum(sigma.astype(np.float64), SIGMA_FLOOR)
+    return lowest_fraction_mean(np.where(valid, z, 0.0), view.seq_lengths, k)
+
+
+@register_attack(
+    "lm-calibrated",
+    family=FAMILY,
+    needs=Needs(sequence=True, out_references=1),
+    description="Watson et al. on sequences: mean_OUT loss_r - loss_t",
+)
+def lm_calibrated(view: TargetView) -> np.ndarray:
+    return _out_loss_mean(view) + view.target_seq_loglik()
+
+
+@register_attack(
+    "lm-lira-offline",
+    family=FAMILY,
+    needs=Needs(sequence=True, out_references=1),
+    description="Carlini et al. 2022 offline on ll: log Phi((ll_t - mu_out) / s_out)",
+    fixed_variance=False,
+    equal_counts=True,
+)
+@register_attack(
+    "lm-lira-offline-fixed-variance",
+    family=FAMILY,
+    needs=Needs(sequence=True, out_references=1),
+    description="Carlini et al. 2022 offline on ll with one pooled OUT variance (few refs)",
+    fixed_variance=True,
+    equal_counts=True,
+)
+def lm_lira_offline(view: TargetView, fixed_variance: bool, equal_counts: bool) -> np.ndarray:
+    out = view.out_mask()
+    if equal_counts:
+        out = equal_count_mask(out, view.audit)
+    g = fit_gaussians(view.reference_seq_loglik()[:, :, None], out, fixed_variance)
+    return log_ndtr((view.target_seq_loglik() - g.mean[:, 0]) / g.std[:, 0])
+
+
+@register_attack(
+    "lm-rmia",
+    family=FAMILY,
+    needs=Needs(sequence=True, out_references=1, population=True),
+    description="Zarifzadeh et al. 2024 offline on p = exp(ll): fraction of z with LR > gamma",
+    a=0.3,
+    gamma=1.0,
+)
+def lm_rmia(view: TargetView, a: float, gamma: float) -> np.ndarray:
+    if not 0.0 <= a <= 1.0:
+        raise AttackError(f"RMIA's offline parameter a must lie in [0, 1]; got {a}.")
+    p_target = np.exp(view.target_seq_loglik())
+    p_out = mean_over_out(np.exp(view.reference_seq_loglik()), view.out_mask())
+    ratio = _ratio(p_target, 0.5 * ((1.0 + a) * p_out + (1.0 - a)))
+    return dominance(ratio, ratio[view.population], gamma)
+
+
+def lm_rapid_features(view: TargetView) -> tuple[np.ndarray, np.ndarray]:
+    """RAPID's `[S, S - S_ref]` on sequences: S the view's target LM loss, S_ref the mean
+    loss of its OUT references; float64 [N, 2], and where S_ref exists."""
+    s = -view.target_seq_loglik()
+    s_ref = _out_loss_mean(view)
+    return np.stack([s, s - s_ref], axis=1), np.isfinite(s_ref)
+
+
+@register_attack(
+    "lm-rapid",
+    family=FAMILY,
+    needs=Needs(sequence=True, out_references=1, shadows=2),
+    description="He et al. CCS'24 on sequences: MLP scorer on [loss, loss - mean OUT loss]",
+    **RAPID_DEFAULTS,
+)
+def lm_rapid(view: TargetView, **params: Any) -> np.ndarray:
+    return rapid_scorer_attack(view, lm_rapid_features, desc="training the lm-rapid scorer",
+                               **params)
+
+
+@register_attack(
+    "blind",
+    family=FAMILY,
+    needs=Needs(text=True),
+    description="Das et al. 2024 blind baseline: -zlib_bytes / chars, never reads a model",
+)
+def blind(view: TargetView) -> np.ndarray:
+    chars = view.text_chars
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(chars > 0, -view.text_zlib_bytes / np.maximum(chars, 1), np.nan)

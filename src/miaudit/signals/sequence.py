@@ -1,0 +1,61 @@
+"""Per-token sequence signals of a causal language model, for the sequence bank.
+
+`sequence_signals(logits [B, T, V], input_ids [B, T], lengths [B])` returns, for position
+t = 0..T-2 (position t predicts token t+1):
+
+- `token_logprob[b, t] = log p(x_{t+1} | x_<=t)`, the log-probability of the actual token;
+- `mean[b, t] = sum_v p(v) log p(v)` and `std[b, t] = sqrt(sum_v p(v) (log p(v))^2 - mean^2)`,
+  the mean and standard deviation of log p(v) under the model's next-token distribution
+  (Min-K%++, Zhang et al. 2024).
+
+Each is float32 `[B, T-1]`; sample b has `lengths[b] - 1` scored positions (the first token has
+no prediction), the bank's `seq_lengths`. Positions past that are padding, filled with 0.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import torch
+
+
+def sequence_signals(
+    logits: torch.Tensor, input_ids: torch.Tensor, lengths: torch.Tensor | np.ndarray
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(token_logprob, mean, std), float32 [B, T-1] each: see the module docstring.
+
+    `lengths[b]` counts the real tokens of row b (right padding); rows need at least 2.
+    Batched over all positions at once (no loop over tokens); computed in float32 on the
+    logits' device.
+    """
+    if logits.ndim != 3 or input_ids.shape != logits.shape[:2]:
+        raise ValueError(
+            f"logits must be [B, T, V] and input_ids [B, T]; got {tuple(logits.shape)} and "
+            f"{tuple(input_ids.shape)}."
+        )
+    batch, width, _ = logits.shape
+    lengths = torch.as_tensor(np.asarray(lengths), device=logits.device).long()
+    if lengths.shape != (batch,) or bool((lengths < 2).any()) or bool((lengths > width).any()):
+        raise ValueError(f"lengths must be [B] = [{batch}] with values in 2..{width}.")
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
+    target = input_ids[:, 1:].long().unsqueeze(-1)
+    token = logp.gather(-1, target).squeeze(-1)
+    p = logp.exp()
+    # p log p is 0 where p = 0 (a masked vocabulary entry has log p = -inf).
+    plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))
+    mean = plogp.sum(-1)
+    second = torch.where(p > 0, plogp * logp, torch.zeros_like(p)).sum(-1)
+    std = (second - mean * mean).clamp_min(0.0).sqrt()
+    valid = torch.arange(width - 1, device=logits.device)[None, :] < (lengths - 1)[:, None]
+    zero = torch.zeros((), dtype=token.dtype, device=token.device)
+    return (torch.where(valid, token, zero), torch.where(valid, mean, zero),
+            torch.where(valid, std, zero))
+
+
+def text_sizes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(`text_zlib_bytes`, `text_chars`), int64 [N]: the zlib-compressed length (default
+    level) of each text's UTF-8 bytes, and its number of characters."""
+    zbytes = np.array([len(zlib.compress(t.encode("utf-8"))) for t in texts], dtype=np.int64)
+    chars = np.array([len(t) for t in texts], dtype=np.int64)
+    return zbytes, chars
