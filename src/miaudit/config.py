@@ -25,6 +25,7 @@ class DatasetConfig:
     name: str = "digits"
     options: dict[str, Any] = field(default_factory=dict)
     data_dir: str | None = None
+    max_length: int = 64  # text datasets: tokens per text (MiniLM WordPiece), longer ones cut
 
 
 @dataclass

@@ -82,11 +82,14 @@ class Design:
         """Dataset row indices model `model` trains on (sorted)."""
         return np.sort(self.split.rows[self.membership[model]])
 
-    def bank(self, signals: Signals, labels: np.ndarray) -> SignalBank:
+    def bank(self, signals: Signals, labels: np.ndarray,
+             texts: np.ndarray | None = None) -> SignalBank:
         """The bank of the design's models' ``signals`` (queried on ``split.rows``);
-        ``labels`` are the dataset's [n_rows]."""
-        return assemble_bank(signals, np.asarray(labels)[self.split.rows], self.membership,
-                             self.audit_mask(), self.population_mask())
+        ``labels`` (and a text dataset's ``texts``) are the dataset's [n_rows]."""
+        rows = self.split.rows
+        return assemble_bank(signals, np.asarray(labels)[rows], self.membership,
+                             self.audit_mask(), self.population_mask(),
+                             None if texts is None else np.asarray(texts)[rows])
 
 
 def _resolve_size(value: float | int, total: int, name: str) -> int:

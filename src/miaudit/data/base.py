@@ -11,7 +11,9 @@ import numpy as np
 
 from miaudit.errors import DataError
 
-KINDS = ("image", "tabular", "text")
+# "tokens": a text dataset tokenized for a model (token ids as exact float32 [N, L]; see
+# miaudit.models.text.tokenized_dataset)
+KINDS = ("image", "tabular", "text", "tokens")
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,7 +73,7 @@ class Dataset:
                 f"dataset {self.name!r}: text features must be a 1-D array of str [N], got "
                 f"{features.shape}"
             )
-        if self.kind == "tabular" and features.ndim != 2:
+        if self.kind in ("tabular", "tokens") and features.ndim != 2:
             raise DataError(
                 f"dataset {self.name!r}: tabular features must be [N, F], got {features.shape}; "
                 "flatten them or use kind='image'"

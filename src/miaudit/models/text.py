@@ -522,3 +522,23 @@ def token_log_probs(
         picked[targets >= lengths_t[start : start + len(logits)].unsqueeze(1)] = math.nan
         out[start : start + len(logits)] = picked.numpy()
     return out
+
+
+def tokenized_dataset(
+    dataset: Any, max_length: int, tokenizer: Any = None
+) -> tuple[Any, str | None]:
+    """A text Dataset as the ``tokens`` Dataset a text model trains on (token ids [N, L] as
+    exact float32; see :func:`token_ids`), and a warning when texts were cut (None if none; the
+    dataset's notes always say how many). The
+    fingerprint is the token ids', so cache keys follow the tokenizer and ``max_length``."""
+    from miaudit.data.base import Dataset
+
+    tokens = tokenize(dataset.features, max_length, tokenizer)
+    note = (f"{tokens.n_truncated} of {len(dataset)} texts were longer than {max_length} tokens "
+            f"and cut to their first {max_length - 1} and [SEP] (dataset.max_length)")
+    return Dataset(
+        name=dataset.name, features=tokens.features(), labels=dataset.labels,
+        num_classes=dataset.num_classes, kind="tokens", source=dataset.source,
+        notes=f"{dataset.notes}; {note}" if dataset.notes else note,
+        preprocessing=f"{dataset.preprocessing}; MiniLM WordPiece ids, max_length {max_length}",
+    ), (note if tokens.n_truncated else None)

@@ -51,12 +51,20 @@ class BuiltBank:
     forgetting: list[TrainedModel] = field(default_factory=list)
     forgetting_bank: SignalBank | None = None  # the target + its forgetting copies
     info: dict[str, Any] = field(default_factory=dict)
+    texts: np.ndarray | None = None  # a text dataset's texts (the bank records their sizes)
 
 
 def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     """Train or load every model of the design and query them into a bank."""
     device = resolve_device(cfg.device)
     dataset = load_dataset(cfg.dataset.name, cfg.dataset.data_dir, **cfg.dataset.options)
+    notes, texts = [], None
+    if dataset.kind == "text":  # text models train and are queried on token ids
+        from miaudit.models.text import tokenized_dataset
+
+        texts = dataset.features
+        dataset, cut = tokenized_dataset(dataset, cfg.dataset.max_length)
+        notes += [cut] if cut else []
     split = make_split(
         len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed
     )
@@ -69,13 +77,13 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     queries = cfg.signals.queries or default_queries(dataset.kind, cfg.attacks)
     start = time.perf_counter()
     bank, forgetting_bank = query_bank(cfg, dataset, design, models, copies, queries, device,
-                                       progress)  # fmt: skip
+                                       progress, texts=texts)  # fmt: skip
     return BuiltBank(
         bank=bank, design=design, dataset=dataset, models=models, queries=list(queries),
         trained=cache.stats.misses, reused=cache.stats.hits, forgetting=copies,
-        forgetting_bank=forgetting_bank,
+        forgetting_bank=forgetting_bank, texts=texts,
         info={"query_seconds": time.perf_counter() - start, "device": device,
-              "train_wall_seconds": train_wall},
+              "train_wall_seconds": train_wall, "notes": notes},
     )
 
 
@@ -90,6 +98,7 @@ def signal_spec(cfg: RunConfig, queries: list[str]) -> SignalSpec:
 def query_bank(
     cfg: RunConfig, dataset: Dataset, design: Design, models: list[TrainedModel],
     copies: list[TrainedModel], queries: list[str], device: str, progress: bool,
+    texts: np.ndarray | None = None,
 ) -> tuple[SignalBank, SignalBank | None]:  # fmt: skip
     """Query the design's ``models`` (and forgetting ``copies``) on every sample of the split:
     the bank, and the forgetting bank (None without copies)."""
@@ -100,7 +109,7 @@ def query_bank(
     )
     require_channels(signals, signal_spec(cfg, queries))
     n = design.n_models
-    bank = design.bank(signals.take(range(n)), dataset.labels)
+    bank = design.bank(signals.take(range(n)), dataset.labels, texts)
     forgetting_bank = None
     if copies:
         # target first, then its copies: OUT for every audit sample, IN on the public pool

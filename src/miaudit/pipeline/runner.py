@@ -105,8 +105,9 @@ def _run_into(
     if built.models[built.design.target].checkpoints:
         checkpoints = audit_checkpoints(cfg, built, result, out, progress)
         result.meta["checkpoints"] = checkpoints
-    if built.design.notes:  # e.g. references trained on fewer rows than the target
-        result.meta["warnings"] = [*(result.meta.get("warnings") or []), *built.design.notes]
+    notes = [*built.design.notes, *built.info.get("notes", [])]
+    if notes:  # e.g. references trained on fewer rows than the target, texts cut
+        result.meta["warnings"] = [*(result.meta.get("warnings") or []), *notes]
     result.rows = built.design.split.rows[result.indices]  # the report names dataset rows
     figure = calibration_figure(result)
     written = ["config.yaml", "bank.npz"]

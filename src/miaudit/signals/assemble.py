@@ -20,10 +20,11 @@ import numpy as np
 import torch
 
 from miaudit.errors import ConfigError
-from miaudit.signals.bank import SignalBank
+from miaudit.signals.bank import TEXT_KEYS, SignalBank
 from miaudit.signals.boundary import boundary_channels
 from miaudit.signals.defences import apply_defence
 from miaudit.signals.query import per_sample_grad_norms, query_logits
+from miaudit.signals.sequence import text_sizes
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +136,15 @@ def query_signals(
 
 def assemble_bank(
     signals: Signals, labels: np.ndarray, membership: np.ndarray, audit: np.ndarray,
-    population: np.ndarray,
+    population: np.ndarray, texts: Sequence[str] | None = None,
 ) -> SignalBank:  # fmt: skip
     """The bank of ``signals`` under a membership design: ``labels`` [N] of the bank rows,
-    ``membership`` bool [M, N], ``audit`` and ``population`` masks [N]."""
+    ``membership`` bool [M, N], ``audit`` and ``population`` masks [N]; with the bank rows'
+    ``texts``, their sizes too (what the model-free ``blind`` baseline reads)."""
+    sizes = dict(zip(TEXT_KEYS, text_sizes(list(texts)), strict=True)) if texts is not None else {}
     return SignalBank(logits=signals.logits, labels=labels, membership=membership,
-                      population=population, audit=audit, channels=dict(signals.channels))
+                      population=population, audit=audit, channels=dict(signals.channels),
+                      **sizes)
 
 
 def require_channels(signals: Signals, spec: SignalSpec) -> None:
