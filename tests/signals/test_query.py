@@ -111,3 +111,52 @@ def test_augmented_queries_are_prefixes_of_one_list():
     assert augmented_queries(3) == eight[:3]
     with pytest.raises(ConfigError, match="at least one query"):
         augmented_queries(0)
+
+
+def _token_rows() -> torch.Tensor:
+    """Token ids as the trainer holds them (float32), [CLS]=101 ... [SEP]=102, padding 0."""
+    rows = [[101, 7, 8, 9, 10, 11, 12, 102, 0, 0], [101, 5, 102, 0, 0, 0, 0, 0, 0, 0],
+            [101, 20, 21, 22, 23, 24, 25, 26, 27, 102]]
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_token_dropout_keeps_the_ends_and_order_and_repads():
+    x = _token_rows()
+    out = make_query("token-dropout-3", 3, "tokens", width=10)(x, np.arange(3))
+    again = make_query("token-dropout-3", 3, "tokens", width=10)(x, np.arange(3))
+    assert torch.equal(out, again)  # the same draw for every model
+    for before, after in zip(x.tolist(), out.tolist(), strict=True):
+        real = [t for t in before if t != 0]
+        kept = [t for t in after if t != 0]
+        assert kept[0] == real[0] and kept[-1] == real[-1]
+        it = iter(real)
+        assert all(t in it for t in kept)  # a subsequence: order kept, nothing invented
+        assert after[len(kept):] == [0] * (len(after) - len(kept))  # re-padded at the end
+    # with 10% dropout over many rows, some tokens go and most stay
+    many = torch.tensor([[101, *range(1000, 1030), 102]] * 50, dtype=torch.float32)
+    out = make_query("token-dropout-1", 50, "tokens", width=32)(many, np.arange(50))
+    dropped = 1 - (out != 0).sum().item() / (many != 0).sum().item()
+    assert 0.03 < dropped < 0.15
+
+
+def test_adjacent_swap_swaps_one_inner_pair():
+    x = _token_rows()
+    out = make_query("adjacent-swap-2", 3, "tokens", width=10)(x, np.arange(3))
+    for before, after in zip(x.tolist(), out.tolist(), strict=True):
+        diff = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+        n_real = sum(t != 0 for t in before)
+        if n_real < 4:  # [CLS] t [SEP]: no inner pair
+            assert diff == []
+            continue
+        assert len(diff) == 2 and diff[1] == diff[0] + 1 and 1 <= diff[0] <= n_real - 3
+        assert (after[diff[0]], after[diff[1]]) == (before[diff[1]], before[diff[0]])
+
+
+def test_token_queries_need_token_data_and_the_text_query_list():
+    from miaudit.signals.query import text_queries
+
+    with pytest.raises(ConfigError, match="perturbs token ids"):
+        make_query("token-dropout-1", 3, "image")
+    with pytest.raises(ConfigError, match="token-dropout-K"):
+        make_query("mirror", 3, "tokens", width=10)
+    assert text_queries(4) == ["plain", "token-dropout-1", "adjacent-swap-1", "token-dropout-2"]

@@ -3,7 +3,12 @@
 A query is a deterministic transform of an input batch: `plain` (query 0), `mirror`
 (horizontal flip, images), and `crop-flip-K` (the augmented queries of LiRA and RAPID: random
 crop with 4-pixel zero padding plus a random horizontal flip, drawn once per dataset row from
-seed K, so every model sees exactly the same augmented input).
+seed K, so every model sees exactly the same augmented input). Token-id inputs (text,
+dataset kind ``tokens``) have their own seeded perturbations, RAPID's text queries:
+``token-dropout-K`` (each token but the first and the last real one dropped with probability
+0.1, the rest moved up and the row re-padded) and ``adjacent-swap-K`` (one random pair of
+neighbouring inner tokens swapped); both drawn once per dataset row from seed K. Padding is
+token id 0 (MiniLM's [PAD], the BPE tokenizer's <pad>).
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from miaudit.progress import progress_bar
 # (batch of inputs, their dataset row ids) -> transformed batch
 QueryFn = Callable[[torch.Tensor, np.ndarray], torch.Tensor]
 _CROP_FLIP = re.compile(r"^crop-flip-(\d+)$")
+_TOKEN_QUERY = re.compile(r"^(token-dropout|adjacent-swap)-(\d+)$")
+PAD_TOKEN = 0  # the tokenizers' pad id (see miaudit.models.text)
+TOKEN_DROPOUT = 0.1
 
 
 def _plain(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
@@ -53,6 +61,48 @@ def _crop_flip(seed: int, n_rows: int, padding: int = 4) -> QueryFn:
     return apply
 
 
+def _token_dropout(seed: int, n_rows: int, width: int) -> QueryFn:
+    rng = np.random.default_rng([seed, 11])
+    dropped = torch.from_numpy(rng.random((n_rows, width)) < TOKEN_DROPOUT)
+
+    def apply(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        real = x != PAD_TOKEN
+        length = real.sum(1, keepdim=True)
+        pos = torch.arange(x.shape[1]).view(1, -1)
+        keep = real & ((pos == 0) | (pos == length - 1) | ~dropped[torch.from_numpy(rows)])
+        # kept tokens first, in order (a stable sort of "dropped?"), then padding
+        order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)
+        out = x.gather(1, order)
+        return out.masked_fill(pos >= keep.sum(1, keepdim=True), PAD_TOKEN)
+
+    return apply
+
+
+def _adjacent_swap(seed: int, n_rows: int) -> QueryFn:
+    draws = torch.from_numpy(np.random.default_rng([seed, 13]).random(n_rows))
+
+    def apply(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        length = (x != PAD_TOKEN).sum(1)
+        inner = (length - 3).clamp(min=0)  # pairs among tokens 1..length-2
+        first = 1 + (draws[torch.from_numpy(rows)] * inner).long()
+        out = x.clone()
+        ok = torch.nonzero(inner > 0).flatten()
+        a, b = first[ok], first[ok] + 1
+        out[ok, a], out[ok, b] = x[ok, b], x[ok, a]
+        return out
+
+    return apply
+
+
+def text_queries(count: int) -> list[str]:
+    """The first `count` of plain, token-dropout-1, adjacent-swap-1, token-dropout-2, ...
+    (RAPID's multiple queries for text)."""
+    if count < 1:
+        raise ConfigError(f"need at least one query; got {count}.")
+    more = [f"{kind}-{k}" for k in range(1, count) for kind in ("token-dropout", "adjacent-swap")]
+    return (["plain"] + more)[:count]
+
+
 def augmented_queries(count: int) -> list[str]:
     """The first `count` of plain, mirror, crop-flip-1, crop-flip-2, ... (RAPID's 8 and
     LiRA's 2 are prefixes of this list)."""
@@ -61,10 +111,23 @@ def augmented_queries(count: int) -> list[str]:
     return (["plain", "mirror"] + [f"crop-flip-{k}" for k in range(1, count - 1)])[:count]
 
 
-def make_query(name: str, n_rows: int, kind: str) -> QueryFn:
-    """The query transform called `name` for a dataset of `n_rows` rows of kind image/tabular."""
+def make_query(name: str, n_rows: int, kind: str, width: int = 0) -> QueryFn:
+    """The query transform called `name` for a dataset of `n_rows` rows of kind
+    image/tabular/tokens (`width`: tokens per row, for the token queries)."""
     if name == "plain":
         return _plain
+    match = _TOKEN_QUERY.match(name)
+    if match:
+        if kind != "tokens":
+            raise ConfigError(f"query '{name}' perturbs token ids (text data); dataset kind is "
+                              f"'{kind}'.")
+        seed = int(match.group(2))
+        if match.group(1) == "adjacent-swap":
+            return _adjacent_swap(seed, n_rows)
+        return _token_dropout(seed, n_rows, width)
+    if kind == "tokens":
+        raise ConfigError(f"unknown query '{name}' for text; known: plain, token-dropout-K, "
+                          "adjacent-swap-K (K an integer seed).")
     if kind != "image":
         raise ConfigError(
             f"query '{name}' transforms images; dataset kind is '{kind}'. Use queries: [plain]."
@@ -90,7 +153,8 @@ def query_logits(
     progress: bool = True,
 ) -> np.ndarray:
     """Logits float32 [M, len(rows), Q, C] of every model on every row under every query."""
-    fns = [make_query(q, len(features), kind) for q in queries]
+    width = features.shape[1] if features.ndim == 2 else 0
+    fns = [make_query(q, len(features), kind, width) for q in queries]
     out: np.ndarray | None = None
     bar = progress_bar(len(modules), "querying models", "model", enabled=progress)
     for m, module in enumerate(modules):
