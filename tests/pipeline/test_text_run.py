@@ -10,6 +10,7 @@ import math
 import os
 import random
 
+import numpy as np
 import pandas as pd
 
 from miaudit.config import config_from_dict
@@ -62,3 +63,29 @@ def test_a_text_classifier_is_audited_like_any_other(tmp_path):
     assert any("longer than 24 tokens" in w for w in result.meta.get("warnings", []))
     for outcome in result.outcomes:
         assert 0.0 <= outcome.summary.auc <= 1.0
+
+
+def test_the_pretrained_encoder_runs_through_the_same_pipeline(tmp_path):
+    """MiniLM (from the package wheel, offline) fine-tuned as target and references: the run
+    trains, caches and queries it like any model (one epoch, top layer only: seconds)."""
+    table = _docstrings().iloc[::2].reset_index(drop=True)
+    path = tmp_path / "docstrings.csv"
+    table.to_csv(path, index=False)
+    n = len(table)
+    cfg = config_from_dict({
+        "name": "minilm", "seed": 0, "output": str(tmp_path / "run"),
+        "dataset": {"name": str(path), "options": {"text_column": "text",
+                                                   "label_column": "label"},
+                    "max_length": 16},
+        "split": {"audit": n * 2 // 5, "public": n * 2 // 5, "population": 0},
+        "models": 2,
+        "recipe": {"architecture": "minilm", "arch_params": {"train_layers": 1},
+                   "optimizer": "adam", "lr": 0.001, "epochs": 1, "batch_size": 16},
+        "attacks": ["loss", "calibrated-loss", "blind"],
+        "metrics": {"bootstrap": 0},
+    })
+    result, out = run(cfg, progress=False, echo=False)
+    assert [o.name for o in result.outcomes] == cfg.attacks
+    bank = SignalBank.load(out / "bank.npz")
+    assert bank.logits.shape[-1] == 4 and np.isfinite(bank.logits).all()
+    assert result.meta["models_trained"] == 2
