@@ -47,6 +47,8 @@ MINILM_PACKAGE = "all_minilm_l6_v2"
 MINILM_VOCAB = 30522  # MiniLM's WordPiece vocabulary (checked against tokenizer.json in tests)
 MINILM_MAX_POSITIONS = 512
 PAD_ID = 0  # "[PAD]" in the MiniLM vocabulary
+# Registered architectures that build a :class:`CausalLM` (trained on the next-token loss).
+CAUSAL_LM_ARCHITECTURES = ("gpt-small",)
 _COMPLETE = "EXTRACTED"  # written last inside the temporary folder, before the rename
 _INSTALL_HINT = "install the text extra: pip install 'miaudit[text]'"
 
@@ -418,7 +420,10 @@ def minilm(
 class CausalLM(nn.Module):
     """A ``transformers.GPT2LMHeadModel`` taking float ids ``[B, T]``; returns logits
     ``[B, T, vocab_size]`` (position t predicts token t + 1). Not a classifier: train it with
-    :func:`next_token_loss`, read it with :func:`token_log_probs`."""
+    :func:`next_token_loss`, read it with :func:`token_log_probs`. ``causal_lm`` is how the
+    trainer and the signal assembly recognise it without importing this module."""
+
+    causal_lm = True
 
     def __init__(self, lm: nn.Module, pad_id: int) -> None:
         super().__init__()
@@ -428,6 +433,18 @@ class CausalLM(nn.Module):
     @property
     def vocab_size(self) -> int:
         return int(self.lm.config.vocab_size)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The state dict with the tied output embedding (``lm_head.weight``, GPT-2 ties it to
+        ``wte.weight``) as its own copy: safetensors (the model cache) refuses tensors sharing
+        memory. Loading writes both keys into the one shared parameter."""
+        state = super().state_dict(*args, **kwargs)
+        shared = {v.data_ptr() for k, v in state.items() if k.endswith("transformer.wte.weight")}
+        for key, value in state.items():
+            if (key.endswith("lm_head.weight") and not isinstance(value, nn.Parameter)
+                    and value.data_ptr() in shared):  # fmt: skip
+                state[key] = value.clone()
+        return state
 
     def forward(self, x: Tensor) -> Tensor:
         ids = token_ids(x)

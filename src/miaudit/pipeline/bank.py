@@ -14,7 +14,8 @@ from miaudit.attacks import get_attack
 from miaudit.config import RunConfig
 from miaudit.data import Dataset, load_dataset
 from miaudit.devices import resolve_device
-from miaudit.pipeline.models import forgetting_models, train_design
+from miaudit.errors import ConfigError
+from miaudit.pipeline.models import forgetting_models, resolve_recipes, train_design
 from miaudit.protocol import Design, make_design, make_split
 from miaudit.signals import SignalBank
 from miaudit.signals.assemble import (
@@ -59,6 +60,7 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     device = resolve_device(cfg.device)
     dataset = load_dataset(cfg.dataset.name, cfg.dataset.data_dir, **cfg.dataset.options)
     notes, texts = [], None
+    check_lm_recipes(cfg, dataset.kind)
     if dataset.kind == "text":  # text models train and are queried on token ids
         from miaudit.models.text import tokenized_dataset
 
@@ -85,6 +87,27 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
         info={"query_seconds": time.perf_counter() - start, "device": device,
               "train_wall_seconds": train_wall, "notes": notes},
     )
+
+
+def check_lm_recipes(cfg: RunConfig, kind: str) -> None:
+    """A causal-LM recipe (gpt-small) trains on a text dataset's MiniLM WordPiece ids (its
+    ``vocab_size``/``pad_id`` defaults), and the target and references are LMs together: their
+    sequence bank has no logits to mix with a classifier's."""
+    from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
+
+    recipes = resolve_recipes(cfg)
+    lms = [r.architecture in CAUSAL_LM_ARCHITECTURES for r in (recipes.target, recipes.reference)]
+    if any(lms) and not all(lms):
+        raise ConfigError(
+            "the target and the reference recipes must both be causal LMs (gpt-small) or "
+            f"both classifiers; got {recipes.target.architecture!r} and "
+            f"{recipes.reference.architecture!r}."
+        )
+    if any(lms) and kind != "text":
+        raise ConfigError(
+            f"recipe.architecture {recipes.target.architecture!r} is a causal LM: it trains on "
+            f"texts (a text dataset, e.g. a .csv with text_column), not on {kind} data."
+        )
 
 
 def signal_spec(cfg: RunConfig, queries: list[str]) -> SignalSpec:

@@ -19,7 +19,11 @@ from miaudit.signals import SignalBank
 
 def model_accuracies(bank: SignalBank) -> list[dict[str, Any]]:
     """Each model's train accuracy (on its members) and test accuracy (on the bank samples it
-    did not train on, population included), from query 0 of the bank."""
+    did not train on, population included), from query 0 of the bank. A sequence bank (causal
+    LMs) has no accuracies: each model's mean token loss (the mean over samples of -mean
+    log p per scored token) and its perplexity (exp of that loss), on members and non-members."""
+    if bank.has_sequences:
+        return _lm_losses(bank)
     correct = bank.logits[:, :, 0, :].argmax(axis=-1) == bank.labels[None, :]
     rows = []
     for m in range(bank.n_models):
@@ -29,6 +33,24 @@ def model_accuracies(bank: SignalBank) -> list[dict[str, Any]]:
             "n_train": int(members.sum()),
             "train_acc": float(correct[m, members].mean()) if members.any() else None,
             "test_acc": float(correct[m, ~members].mean()) if (~members).any() else None,
+        })
+    return rows
+
+
+def _lm_losses(bank: SignalBank) -> list[dict[str, Any]]:
+    loss = -bank.sequence_loglik  # [M, N]: mean next-token loss of each sample's tokens
+    rows = []
+    for m in range(bank.n_models):
+        members = bank.membership[m]
+        train = float(loss[m, members].mean()) if members.any() else None
+        test = float(loss[m, ~members].mean()) if (~members).any() else None
+        rows.append({
+            "model": m,
+            "n_train": int(members.sum()),
+            "train_loss": train,
+            "test_loss": test,
+            "train_ppl": None if train is None else float(np.exp(train)),
+            "test_ppl": None if test is None else float(np.exp(test)),
         })
     return rows
 

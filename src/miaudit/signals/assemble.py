@@ -20,11 +20,13 @@ import numpy as np
 import torch
 
 from miaudit.errors import ConfigError
-from miaudit.signals.bank import TEXT_KEYS, SignalBank
+from miaudit.malloc import keep_freed_memory
+from miaudit.progress import progress_bar
+from miaudit.signals.bank import SEQUENCE_KEYS, TEXT_KEYS, SignalBank
 from miaudit.signals.boundary import boundary_channels
 from miaudit.signals.defences import apply_defence
 from miaudit.signals.query import per_sample_grad_norms, query_logits
-from miaudit.signals.sequence import text_sizes
+from miaudit.signals.sequence import sequence_signals, text_sizes
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +52,32 @@ class SignalSpec:
 @dataclass
 class Signals:
     """What the models answered: logits float32 [M, N, Q, C] (defended), channels [M, N],
-    the channels asked for but absent with why, and seconds per step."""
+    the channels asked for but absent with why, and seconds per step. Causal LMs answer
+    per-token sequence arrays instead (``seq_*`` float32 [M, N, T], ``seq_lengths`` int64 [N]
+    scored positions per sample), and ``logits`` is None: the bank derives them."""
 
-    logits: np.ndarray
+    logits: np.ndarray | None
     channels: dict[str, np.ndarray] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    seq_token_logprob: np.ndarray | None = None
+    seq_mean_logprob: np.ndarray | None = None
+    seq_std_logprob: np.ndarray | None = None
+    seq_lengths: np.ndarray | None = None
+
+    @property
+    def has_sequences(self) -> bool:
+        return self.seq_token_logprob is not None
 
     def take(self, models: Sequence[int]) -> Signals:
         """The signals of ``models`` only (bank order as given)."""
         pick = list(models)
-        return Signals(self.logits[pick], {k: v[pick] for k, v in self.channels.items()},
-                       dict(self.missing), dict(self.seconds))
+        seq = {k: None if getattr(self, k) is None else getattr(self, k)[pick]
+               for k in SEQUENCE_KEYS}  # fmt: skip
+        return Signals(None if self.logits is None else self.logits[pick],
+                       {k: v[pick] for k, v in self.channels.items()},
+                       dict(self.missing), dict(self.seconds), **seq,
+                       seq_lengths=self.seq_lengths)
 
 
 Model = torch.nn.Module | np.ndarray  # a module to query, or its logits [N, Q, C] on the rows
@@ -78,7 +94,11 @@ def query_signals(
     box's precomputed outputs). ``white_box`` says whether the modules' parameters may be used
     (per-sample gradients); ``black_box_reason`` says why not, for the missing-channel record.
     Channels need every model as a module: otherwise they are missing, with the reason.
+    Causal LMs (modules with ``causal_lm = True``) answer sequence signals instead of logits
+    (:func:`lm_signals`).
     """
+    if any(getattr(m, "causal_lm", False) for m in models):
+        return lm_signals(models, features, rows, spec, device, progress)
     queries = list(spec.queries)
     modules = [m for m in models if isinstance(m, torch.nn.Module)]
     start = time.perf_counter()
@@ -134,6 +154,80 @@ def query_signals(
     return Signals(logits, channels, missing, seconds)
 
 
+# Logit floats one forward of a causal LM may hold ([batch, T, vocabulary]); sequence_signals
+# makes a few more arrays of that size. 2**24 floats: 64 MiB each.
+_LM_BATCH_FLOATS = 2**24
+
+
+def lm_signals(
+    models: Sequence[Model], features: np.ndarray, rows: np.ndarray, spec: SignalSpec,
+    device: str = "cpu", progress: bool = True,
+) -> Signals:  # fmt: skip
+    """Sequence signals of causal LMs on dataset rows ``rows``: token ids ``features`` [n, L]
+    (float, right-padded with each model's ``pad_id``). Per model, batched forwards and
+    :func:`~miaudit.signals.sequence.sequence_signals` give ``seq_token_logprob``,
+    ``seq_mean_logprob`` and ``seq_std_logprob`` [M, N, L - 1]; ``seq_lengths`` [N] is each
+    text's token count - 1 (its scored positions: padding is never scored)."""
+    if not all(getattr(m, "causal_lm", False) for m in models):
+        raise ConfigError(
+            "a bank mixes causal LMs with other models (or precomputed outputs); a sequence "
+            "bank needs every model as a causal LM module (e.g. recipe.architecture gpt-small)."
+        )
+    if tuple(spec.queries) != ("plain",):
+        raise ConfigError(
+            f"causal LMs are queried on the plain texts only; got signals.queries "
+            f"{list(spec.queries)} (use [plain] or leave it unset)."
+        )
+    if spec.defence is not None:
+        raise ConfigError(
+            "output defences act on a classifier's logits; a causal LM's sequence bank has "
+            "none to defend (leave signals.defence unset)."
+        )
+    pads = {int(m.pad_id) for m in models}
+    if len(pads) != 1:
+        raise ConfigError(f"the causal LMs disagree on the pad id: {sorted(pads)}.")
+    pad = pads.pop()
+    x = np.asarray(features)[np.asarray(rows)]
+    if x.ndim != 2:
+        raise ConfigError(f"causal LMs take token ids [N, L]; got features of shape {x.shape}.")
+    ids = torch.from_numpy(np.ascontiguousarray(x)).round().long()
+    real = ids != pad
+    lengths = real.sum(1)
+    if bool((real != (torch.arange(ids.shape[1])[None, :] < lengths[:, None])).any()):
+        raise ConfigError("token ids must be right-padded: a pad id sits inside a text.")
+    if bool((lengths < 2).any()):
+        raise ConfigError(
+            f"{int((lengths < 2).sum())} texts have fewer than 2 tokens: a causal LM scores "
+            "none of their tokens (the first has no prediction)."
+        )
+    start = time.perf_counter()
+    n, width = ids.shape
+    shape = (len(models), n, width - 1)
+    arrays = {k: np.zeros(shape, dtype=np.float32) for k in SEQUENCE_KEYS}
+    bar = progress_bar(len(models), "querying models", "model", enabled=progress)
+    for m, module in enumerate(models):
+        vocab = int(getattr(module, "vocab_size", 50_000))
+        batch = max(1, min(int(spec.batch_size), _LM_BATCH_FLOATS // (width * vocab)))
+        module.eval().to(device)
+        # keep_freed_memory: each batch reallocates the same [batch, T, vocabulary] arrays
+        with torch.no_grad(), keep_freed_memory():
+            for lo in range(0, n, batch):
+                xb = ids[lo : lo + batch].to(device)
+                parts = sequence_signals(module(xb), xb, lengths[lo : lo + batch].numpy())
+                for key, part in zip(SEQUENCE_KEYS, parts, strict=True):
+                    arrays[key][m, lo : lo + len(xb)] = part.cpu().numpy()
+        bar.update(1)
+    bar.close()
+    missing = {
+        "grad_norm": ("per-sample gradient norms are a classifier channel (the loss on a "
+                      "label); not computed for causal LMs"),
+        "boundary_distance": ("HopSkipJump searches a classifier's decision boundary; a "
+                              "causal LM has none"),
+    }  # fmt: skip
+    return Signals(None, {}, missing, {"query_seconds": time.perf_counter() - start},
+                   **arrays, seq_lengths=(lengths - 1).numpy().astype(np.int64))
+
+
 def assemble_bank(
     signals: Signals, labels: np.ndarray, membership: np.ndarray, audit: np.ndarray,
     population: np.ndarray, texts: Sequence[str] | None = None,
@@ -142,9 +236,13 @@ def assemble_bank(
     ``membership`` bool [M, N], ``audit`` and ``population`` masks [N]; with the bank rows'
     ``texts``, their sizes too (what the model-free ``blind`` baseline reads)."""
     sizes = dict(zip(TEXT_KEYS, text_sizes(list(texts)), strict=True)) if texts is not None else {}
+    seq: dict[str, Any] = {}
+    if signals.has_sequences:  # the bank derives its logits (labels all 0: the true class)
+        seq = {k: getattr(signals, k) for k in (*SEQUENCE_KEYS, "seq_lengths")}
+        labels = None
     return SignalBank(logits=signals.logits, labels=labels, membership=membership,
                       population=population, audit=audit, channels=dict(signals.channels),
-                      **sizes)
+                      **sizes, **seq)
 
 
 def require_channels(signals: Signals, spec: SignalSpec) -> None:

@@ -14,7 +14,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from miaudit.errors import ConfigError
 from miaudit.models import build_model
+from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
 from miaudit.progress import progress_bar
 from miaudit.threads import cpu_threads
 from miaudit.train import dp
@@ -32,6 +34,20 @@ from miaudit.train.base import (
 from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import ArrayLike, training_rows
+
+
+def is_causal_lm(module: nn.Module) -> bool:
+    """Whether ``module`` is a causal language model (``causal_lm = True`` on its class, as
+    :class:`miaudit.models.text.CausalLM`): it trains on the next-token loss, not on labels."""
+    return bool(getattr(module, "causal_lm", False))
+
+
+def _lm_loss(module: nn.Module, xb: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of a causal LM on float token ids ``xb`` [B, T]
+    (:func:`miaudit.models.text.next_token_loss`; imported here, not at module import)."""
+    from miaudit.models.text import next_token_loss, token_ids
+
+    return next_token_loss(module(xb), token_ids(xb), module.pad_id)
 
 
 def _train_epoch(
@@ -56,6 +72,7 @@ def _train_epoch(
     """
     total = torch.zeros((), device=x.device)
     lr = recipe.lr
+    causal = is_causal_lm(module)
     for lo in range(0, len(order), recipe.batch_size):
         batch = order[lo : lo + recipe.batch_size]
         lr = lr_at(recipe, step, total_steps)
@@ -64,9 +81,12 @@ def _train_epoch(
         xb = x.index_select(0, batch)
         if augment is not None:
             xb = augment(xb, aug_generator)
-        loss = F.cross_entropy(
-            module(xb), y.index_select(0, batch), label_smoothing=recipe.label_smoothing
-        )
+        if causal:  # next-token loss over non-pad targets; labels are unused
+            loss = _lm_loss(module, xb)
+        else:
+            loss = F.cross_entropy(
+                module(xb), y.index_select(0, batch), label_smoothing=recipe.label_smoothing
+            )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -104,6 +124,13 @@ def train_model(
     A recipe with ``dp`` set trains with DP-SGD (:func:`miaudit.train.dp.train_model_dp`).
     """
     if recipe.dp is not None:
+        if recipe.architecture in CAUSAL_LM_ARCHITECTURES:
+            raise ConfigError(
+                f"recipe.dp (DP-SGD) is not supported for the causal LM "
+                f"'{recipe.architecture}': Opacus computes per-sample gradients of a "
+                "classification loss on labels, not of a next-token loss over padded "
+                "sequences; train it without dp."
+            )
         with cpu_threads(num_threads):
             return dp.train_model_dp(
                 recipe, features, labels, indices, seed, device, num_classes, progress,
