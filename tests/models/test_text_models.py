@@ -300,3 +300,13 @@ def test_gpt_small_next_token_training_lowers_loss(corpus):
     assert losses[-1] < losses[0] - 1.0
     mean_logp = np.nanmean(T.token_log_probs(lm, tok.ids))
     assert mean_logp == pytest.approx(-T.next_token_loss(lm(ids.float()), ids).item(), rel=1e-3)
+
+
+def test_a_tokenizer_that_does_not_match_the_model_is_a_clear_error():
+    ids = np.array([[101, 29000, 102]], dtype=np.float32)
+    fits = Recipe.from_dict({"architecture": "text-cnn"})
+    T.check_vocabulary(ids, [fits, Recipe.from_dict({"architecture": "minilm"})])
+    small = Recipe.from_dict({"architecture": "text-cnn", "arch_params": {"vocab_size": 5000}})
+    with pytest.raises(ConfigError, match="token id 29000 is outside 'text-cnn'.s vocabulary"):
+        T.check_vocabulary(ids, [fits, small])
+    assert T.vocabulary_size("mlp", {}) is None

@@ -268,3 +268,10 @@ def test_an_interrupted_run_keeps_the_previous_one_and_a_rerun_replaces_it(
     assert yaml.safe_load((out / "config.yaml").read_text())["attacks"] == ["loss"]
     assert any("reference models train on 50 rows" in w for w in summary["warnings"])
     assert [p.name for p in (tmp_path / "runs").iterdir()] == ["tiny"]
+
+
+def test_text_runs_query_plain_unless_rapid_asks_for_perturbations():
+    assert default_queries("tokens", ["loss", "lira-offline"]) == ["plain"]
+    queries = default_queries("tokens", ["loss", "rapid"])
+    assert len(queries) == 8 and queries[:3] == ["plain", "token-dropout-1", "adjacent-swap-1"]
+    assert default_queries("tabular", ["rapid"]) == ["plain"]

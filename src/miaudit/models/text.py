@@ -559,3 +559,28 @@ def tokenized_dataset(
         notes=f"{dataset.notes}; {note}" if dataset.notes else note,
         preprocessing=f"{dataset.preprocessing}; MiniLM WordPiece ids, max_length {max_length}",
     ), (note if tokens.n_truncated else None)
+
+
+def vocabulary_size(architecture: str, arch_params: Mapping[str, Any]) -> int | None:
+    """The token-id range a text architecture accepts (None: not a text model): what a
+    tokenizer's ids must stay below."""
+    if architecture == "minilm":
+        return MINILM_VOCAB
+    if architecture in ("text-cnn", *CAUSAL_LM_ARCHITECTURES):
+        return int(arch_params.get("vocab_size", MINILM_VOCAB))
+    return None
+
+
+def check_vocabulary(features: np.ndarray, recipes: Sequence[Any]) -> None:
+    """ConfigError when a token id is outside a recipe's model vocabulary: the tokenizer does
+    not match the model (an embedding lookup would fail mid-training, or worse, not fail)."""
+    top = int(features.max()) if features.size else -1
+    for recipe in recipes:
+        vocab = vocabulary_size(recipe.architecture, recipe.arch_params)
+        if vocab is not None and top >= vocab:
+            raise ConfigError(
+                f"token id {top} is outside {recipe.architecture!r}'s vocabulary of {vocab}: the "
+                "tokenizer does not match the model. Give arch_params.vocab_size of the "
+                "tokenizer used (MiniLM's WordPiece has 30,522 ids), or tokenize with the "
+                "model's own tokenizer."
+            )

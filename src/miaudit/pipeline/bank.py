@@ -24,7 +24,7 @@ from miaudit.signals.assemble import (
     query_signals,
     require_channels,
 )
-from miaudit.signals.query import augmented_queries
+from miaudit.signals.query import augmented_queries, text_queries
 from miaudit.train import ModelCache, TrainedModel
 from miaudit.train.cache import default_cache_dir
 
@@ -32,10 +32,15 @@ from miaudit.train.cache import default_cache_dir
 def default_queries(kind: str, attacks: list[str]) -> list[str]:
     """Queries of a run that does not list them: plain for tabular data; for images, the
     largest number of augmented queries any of the run's attacks' papers makes (plain and
-    mirror; 8 with RAPID: plain, mirror and 6 crop + flip draws)."""
+    mirror; 8 with RAPID: plain, mirror and 6 crop + flip draws); for token ids (text), plain,
+    or RAPID's count of seeded token perturbations (token dropout, adjacent swaps) when an
+    attack's paper makes more than the image pair."""
+    wanted = [get_attack(a).image_queries for a in attacks]
+    if kind == "tokens":
+        return text_queries(max([q for q in wanted if q > 2] + [1]))
     if kind != "image":
         return ["plain"]
-    return augmented_queries(max([get_attack(a).image_queries for a in attacks] + [2]))
+    return augmented_queries(max(wanted + [2]))
 
 
 @dataclass
@@ -62,11 +67,13 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     notes, texts = [], None
     check_lm_recipes(cfg, dataset.kind)
     if dataset.kind == "text":  # text models train and are queried on token ids
-        from miaudit.models.text import tokenized_dataset
+        from miaudit.models.text import check_vocabulary, tokenized_dataset
 
         texts = dataset.features
         dataset, cut = tokenized_dataset(dataset, cfg.dataset.max_length)
         notes += [cut] if cut else []
+        recipes = resolve_recipes(cfg)
+        check_vocabulary(dataset.features, [recipes.target, recipes.reference])
     split = make_split(
         len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed
     )
