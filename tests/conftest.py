@@ -5,7 +5,11 @@ The bank is built with plain torch (no miaudit trainer), so attack tests do not 
 
 from __future__ import annotations
 
+import inspect
+import itertools
+import math
 import os
+import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -105,3 +109,18 @@ def digits_bank() -> SignalBank:
         audit=audit,
         channels={"grad_norm": grad_norm},
     )
+
+
+@pytest.fixture(scope="session")
+def docstring_texts() -> tuple[list[str], np.ndarray]:
+    """Real English text made here, nothing downloaded: the first paragraphs of public
+    callables' docstrings in four standard-library modules, labelled by module (0..3)."""
+    texts, labels = [], []
+    for label, module in enumerate([math, os.path, random, itertools]):
+        for name in sorted(dir(module)):
+            obj = getattr(module, name)
+            doc = inspect.getdoc(obj) if not name.startswith("_") and callable(obj) else None
+            if doc:
+                texts.append(" ".join(doc.split("\n\n")[0].split()))
+                labels.append(label)
+    return texts, np.asarray(labels, dtype=np.int64)

@@ -3,11 +3,7 @@ text-cnn, minilm and gpt-small, trained through miaudit's trainer and cache."""
 
 from __future__ import annotations
 
-import inspect
-import itertools
 import math
-import os
-import random
 
 import numpy as np
 import pytest
@@ -23,23 +19,9 @@ from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import train_model, train_models
 
 
-def docstring_corpus() -> tuple[list[str], np.ndarray]:
-    """First paragraphs of public callables' docstrings in four standard-library modules,
-    labelled by module: real English text, made here, nothing downloaded."""
-    texts, labels = [], []
-    for label, module in enumerate([math, os.path, random, itertools]):
-        for name in sorted(dir(module)):
-            obj = getattr(module, name)
-            doc = inspect.getdoc(obj) if not name.startswith("_") and callable(obj) else None
-            if doc:
-                texts.append(" ".join(doc.split("\n\n")[0].split()))
-                labels.append(label)
-    return texts, np.asarray(labels, dtype=np.int64)
-
-
 @pytest.fixture(scope="module")
-def corpus() -> tuple[list[str], np.ndarray]:
-    return docstring_corpus()
+def corpus(docstring_texts) -> tuple[list[str], np.ndarray]:
+    return docstring_texts
 
 
 # --- tokenization -----------------------------------------------------------------------------

@@ -4,12 +4,6 @@ assembly's sequence bank -> the LM attacks and the model-free blind baseline."""
 
 from __future__ import annotations
 
-import inspect
-import itertools
-import math
-import os
-import random
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -26,20 +20,8 @@ from miaudit.signals import SignalBank
 MAX_LENGTH = 24
 
 
-def _docstrings() -> pd.DataFrame:
-    """First paragraphs of standard-library docstrings (as in test_text_run): real text."""
-    rows = []
-    for module in (math, os.path, random, itertools):
-        for name in sorted(dir(module)):
-            obj = getattr(module, name)
-            doc = inspect.getdoc(obj) if not name.startswith("_") and callable(obj) else None
-            if doc:
-                rows.append({"text": " ".join(doc.split("\n\n")[0].split()), "label": 0})
-    return pd.DataFrame(rows)
-
-
-def test_a_causal_lm_run_builds_a_sequence_bank(tmp_path):
-    table = _docstrings()  # labels: one class, unused by an LM
+def test_a_causal_lm_run_builds_a_sequence_bank(tmp_path, docstring_texts):
+    table = pd.DataFrame({"text": docstring_texts[0], "label": 0})  # one class: unused by an LM
     path = tmp_path / "texts.csv"
     table.to_csv(path, index=False)
     n = len(table)

@@ -4,12 +4,6 @@ attacks and the model-free blind baseline."""
 
 from __future__ import annotations
 
-import inspect
-import itertools
-import math
-import os
-import random
-
 import numpy as np
 import pandas as pd
 
@@ -18,20 +12,8 @@ from miaudit.pipeline import run
 from miaudit.signals import SignalBank
 
 
-def _docstrings() -> pd.DataFrame:
-    """First paragraphs of standard-library docstrings, labelled by module: real text."""
-    rows = []
-    for label, module in enumerate([math, os.path, random, itertools]):
-        for name in sorted(dir(module)):
-            obj = getattr(module, name)
-            doc = inspect.getdoc(obj) if not name.startswith("_") and callable(obj) else None
-            if doc:
-                rows.append({"text": " ".join(doc.split("\n\n")[0].split()), "label": label})
-    return pd.DataFrame(rows)
-
-
-def test_a_text_classifier_is_audited_like_any_other(tmp_path):
-    table = _docstrings()
+def test_a_text_classifier_is_audited_like_any_other(tmp_path, docstring_texts):
+    table = pd.DataFrame(dict(zip(("text", "label"), docstring_texts, strict=True)))
     path = tmp_path / "docstrings.csv"
     table.to_csv(path, index=False)
     n = len(table)
@@ -65,10 +47,11 @@ def test_a_text_classifier_is_audited_like_any_other(tmp_path):
         assert 0.0 <= outcome.summary.auc <= 1.0
 
 
-def test_the_pretrained_encoder_runs_through_the_same_pipeline(tmp_path):
+def test_the_pretrained_encoder_runs_through_the_same_pipeline(tmp_path, docstring_texts):
     """MiniLM (from the package wheel, offline) fine-tuned as target and references: the run
     trains, caches and queries it like any model (one epoch, top layer only: seconds)."""
-    table = _docstrings().iloc[::2].reset_index(drop=True)
+    table = pd.DataFrame(dict(zip(("text", "label"), docstring_texts, strict=True)))
+    table = table.iloc[::2].reset_index(drop=True)
     path = tmp_path / "docstrings.csv"
     table.to_csv(path, index=False)
     n = len(table)
