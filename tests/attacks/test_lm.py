@@ -286,3 +286,10 @@ def test_classifier_attacks_run_on_a_sequence_bank(bank):
     view = TargetView.of(bank, 0)
     np.testing.assert_allclose(run_attack("loss", view).scores,
                                run_attack("lm-loss", view).scores, rtol=1e-4, atol=1e-5)
+
+
+def test_the_blind_baseline_costs_no_model_and_no_query():
+    from miaudit.attacks import get_attack
+
+    blind, loss = get_attack("blind"), get_attack("lm-loss")
+    assert blind.model_free and not loss.model_free

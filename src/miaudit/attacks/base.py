@@ -277,12 +277,16 @@ class AttackSpec:
     family: str = ""
     first_query_only: bool = False  # reads query 0 of the logits only (e.g. correctness)
     image_queries: int = 2  # its paper's number of augmented queries on images (RAPID: 8)
+    model_free: bool = False  # never reads a model (the blind baseline): costs no query
 
     def queries_per_sample(self, view: TargetView) -> float:
         """Queries this attack makes to the target per audit sample: every query of the bank
         for an attack on logits, one for a query-0 attack, and for a channel attack the count
         the bank records in channel `<channel>_queries` (HopSkipJump's label queries), else
-        one (a white-box channel: one forward and backward pass on the plain query)."""
+        one (a white-box channel: one forward and backward pass on the plain query); none for
+        a model-free attack."""
+        if self.model_free:
+            return 0.0
         if self.needs.channel:
             recorded = f"{self.needs.channel}{QUERIES_SUFFIX}"
             if view.has_channel(recorded):
@@ -302,6 +306,7 @@ def register_attack(
     family: str = "",
     first_query_only: bool = False,
     image_queries: int = 2,
+    model_free: bool = False,
     **params: Any,
 ) -> Callable[[Callable[..., np.ndarray]], Callable[..., np.ndarray]]:
     """Register `fn` under `name`; keyword `params` are its defaults (variants re-register
@@ -309,13 +314,15 @@ def register_attack(
     attack reads query 0 only, so it costs one query per sample whatever the bank holds.
     `image_queries`: how many augmented queries its paper makes on images; a run on image
     data that does not list its queries uses the largest of its attacks' (default 2: plain
-    and mirror)."""
+    and mirror). `model_free`: it never reads a model (the blind baseline), so its cost is no
+    model and no query."""
 
     def decorate(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         if name in _REGISTRY:
             raise ValueError(f"attack '{name}' is registered twice")
         _REGISTRY[name] = AttackSpec(
-            name, fn, needs, description, dict(params), family, first_query_only, image_queries
+            name, fn, needs, description, dict(params), family, first_query_only, image_queries,
+            model_free,
         )
         return fn
 

@@ -181,6 +181,7 @@ def lm_rapid(view: TargetView, **params: Any) -> np.ndarray:
     "blind",
     family=FAMILY,
     needs=Needs(text=True),
+    model_free=True,
     description="Das et al. 2024 blind baseline: -zlib_bytes / chars, never reads a model",
 )
 def blind(view: TargetView) -> np.ndarray:

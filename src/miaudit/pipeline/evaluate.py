@@ -140,7 +140,8 @@ def evaluate_bank(
         uses_references = any(
             (spec.needs.out_references, spec.needs.in_references, spec.needs.shadows)
         )
-        used = [target] + (list(view.reference_ids) if uses_references else [])
+        used = [] if spec.model_free else (
+            [target] + (list(view.reference_ids) if uses_references else []))
         cost = {
             "models": len(used),
             "queries_per_sample": round(spec.queries_per_sample(view), 1),
