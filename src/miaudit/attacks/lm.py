@@ -30,7 +30,7 @@ from scipy.special import log_ndtr
 from miaudit.attacks.base import Needs, TargetView, mean_over_out, register_attack
 from miaudit.attacks.lira import SIGMA_FLOOR, equal_count_mask, fit_gaussians
 from miaudit.attacks.rapid import RAPID_DEFAULTS, rapid_scorer_attack
-from miaudit.attacks.rmia import _ratio, dominance
+from miaudit.attacks.rmia import offline_scores
 from miaudit.errors import AttackError
 from miaudit.signals.bank import valid_positions
 
@@ -149,12 +149,9 @@ def lm_lira_offline(view: TargetView, fixed_variance: bool, equal_counts: bool) 
     gamma=1.0,
 )
 def lm_rmia(view: TargetView, a: float, gamma: float) -> np.ndarray:
-    if not 0.0 <= a <= 1.0:
-        raise AttackError(f"RMIA's offline parameter a must lie in [0, 1]; got {a}.")
     p_target = np.exp(view.target_seq_loglik())
     p_out = mean_over_out(np.exp(view.reference_seq_loglik()), view.out_mask())
-    ratio = _ratio(p_target, 0.5 * ((1.0 + a) * p_out + (1.0 - a)))
-    return dominance(ratio, ratio[view.population], gamma)
+    return offline_scores(p_target, p_out, view.population, a, gamma)
 
 
 def lm_rapid_features(view: TargetView) -> tuple[np.ndarray, np.ndarray]:

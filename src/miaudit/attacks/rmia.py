@@ -65,13 +65,20 @@ def _ratio(p_target: np.ndarray, p_x: np.ndarray) -> np.ndarray:
 )
 def rmia_offline(view: TargetView, a: float, gamma: float) -> np.ndarray:
     """Offline RMIA (Zarifzadeh et al. 2024), Pr(x) from OUT references via parameter `a`."""
-    if not 0.0 <= a <= 1.0:
-        raise AttackError(f"RMIA's offline parameter a must lie in [0, 1]; got {a}.")
     p_target = view.target_query_mean("prob_true")
     p_out = side_means(view, "prob_true").non_members  # [N]; NaN without OUT refs
-    p_x = 0.5 * ((1.0 + a) * p_out + (1.0 - a))
-    ratio = _ratio(p_target, p_x)
-    return dominance(ratio, ratio[view.population], gamma)
+    return offline_scores(p_target, p_out, view.population, a, gamma)
+
+
+def offline_scores(p_target: np.ndarray, p_out: np.ndarray, population: np.ndarray, a: float,
+                   gamma: float) -> np.ndarray:
+    """Offline RMIA from the target's likelihood and the OUT references' mean likelihood of
+    each sample [N]: Pr(x) = ((1 + a) p_out + (1 - a)) / 2, ratio = p_target / Pr(x), and the
+    fraction of population z the ratio dominates by more than `gamma`."""
+    if not 0.0 <= a <= 1.0:
+        raise AttackError(f"RMIA's offline parameter a must lie in [0, 1]; got {a}.")
+    ratio = _ratio(p_target, 0.5 * ((1.0 + a) * p_out + (1.0 - a)))
+    return dominance(ratio, ratio[population], gamma)
 
 
 @register_attack(
