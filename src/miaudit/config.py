@@ -25,7 +25,11 @@ class DatasetConfig:
     name: str = "digits"
     options: dict[str, Any] = field(default_factory=dict)
     data_dir: str | None = None
-    max_length: int = 64  # text datasets: tokens per text (MiniLM WordPiece), longer ones cut
+    max_length: int = 64  # text datasets: tokens per text, longer ones cut
+    # text datasets: MiniLM's WordPiece (fixed, 30,522 ids) or a byte-level BPE of
+    # bpe_vocab_size ids trained on the public pool's texts only (never on audit rows)
+    tokenizer: str = "wordpiece"
+    bpe_vocab_size: int = 4096
 
 
 @dataclass
@@ -161,6 +165,14 @@ def _check_types(cfg: RunConfig) -> None:
     need(cfg.design in design_names(),
          f"design must be one of {', '.join(design_names())}; got {cfg.design!r}.")
     _check_split_members(cfg)
+    from miaudit.models.text import TOKENIZERS
+
+    need(cfg.dataset.tokenizer in TOKENIZERS,
+         f"dataset.tokenizer must be one of {', '.join(TOKENIZERS)}; "
+         f"got {cfg.dataset.tokenizer!r}.")
+    need(isinstance(cfg.dataset.bpe_vocab_size, int) and cfg.dataset.bpe_vocab_size >= 300,
+         "dataset.bpe_vocab_size must be an integer >= 300 (the 256 bytes, the special tokens "
+         "and some merges).")
     need(isinstance(cfg.attacks, list) and all(isinstance(a, str) for a in cfg.attacks),
          "attacks must be a list of attack names (see `miaudit attacks`).")
     _check_recipes(cfg)

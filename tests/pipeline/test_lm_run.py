@@ -117,3 +117,52 @@ def test_a_causal_lm_recipe_needs_texts_and_lm_references():
     with pytest.raises(ConfigError, match="both be causal LMs"):
         check_lm_recipes(config_from_dict(mixed), "text")
     check_lm_recipes(config_from_dict(lm), "text")
+
+
+def test_a_bpe_tokenizer_is_trained_on_the_public_pool_only(tmp_path, docstring_texts,
+                                                             monkeypatch):
+    from miaudit.models import text as T
+
+    table = pd.DataFrame({"text": docstring_texts[0], "label": 0})
+    path = tmp_path / "texts.csv"
+    table.to_csv(path, index=False)
+    n = len(table)
+    seen: list[list[str]] = []
+    real_train_bpe = T.train_bpe
+
+    def recording_train_bpe(texts, vocab_size=4096, min_frequency=2):
+        seen.append(list(texts))
+        return real_train_bpe(texts, vocab_size, min_frequency)
+
+    monkeypatch.setattr(T, "train_bpe", recording_train_bpe)
+    cfg = config_from_dict({
+        "name": "bpe", "seed": 0, "output": str(tmp_path / "run"),
+        "dataset": {"name": str(path), "options": {"text_column": "text", "label_column": "label"},
+                    "max_length": MAX_LENGTH, "tokenizer": "bpe", "bpe_vocab_size": 400},
+        "split": {"audit": n * 2 // 5, "public": n * 2 // 5, "population": n // 10},
+        "models": 2,
+        "recipe": {"architecture": "gpt-small",
+                   "arch_params": {"n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 400},
+                   "optimizer": "adam", "lr": 0.01, "epochs": 2, "batch_size": 16},
+        "attacks": ["lm-loss", "blind"],
+        "metrics": {"bootstrap": 0},
+    })
+    result, out = run(cfg, progress=False, echo=False)
+    texts = load_dataset(cfg.dataset.name, cfg.dataset.data_dir, **cfg.dataset.options).features
+    split = make_split(len(texts), cfg.split.audit, cfg.split.public, cfg.split.population,
+                       cfg.seed)
+    assert seen == [list(texts[split.public])]  # never an audit or population text
+    assert "byte-level BPE" in result.meta["dataset_preprocessing"]
+    bank = SignalBank.load(out / "bank.npz")
+    assert bank.seq_token_logprob.shape[:2] == (2, len(split.rows))
+    # the same texts give the same tokenizer: a rerun reuses both cached models
+    again, _ = run(cfg, progress=False, echo=False)
+    assert again.meta["models_trained"] == 0
+
+
+def test_the_tokenizer_and_its_vocabulary_are_checked():
+    base = {"name": "x", "dataset": {"name": "digits"}}
+    with pytest.raises(ConfigError, match="wordpiece, bpe"):
+        config_from_dict({**base, "dataset": {"name": "digits", "tokenizer": "sentencepiece"}})
+    with pytest.raises(ConfigError, match="bpe_vocab_size"):
+        config_from_dict({**base, "dataset": {"name": "digits", "bpe_vocab_size": 10}})

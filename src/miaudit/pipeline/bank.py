@@ -66,17 +66,19 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     dataset = load_dataset(cfg.dataset.name, cfg.dataset.data_dir, **cfg.dataset.options)
     notes, texts = [], None
     check_lm_recipes(cfg, dataset.kind)
-    if dataset.kind == "text":  # text models train and are queried on token ids
-        from miaudit.models.text import check_vocabulary, tokenized_dataset
-
-        texts = dataset.features
-        dataset, cut = tokenized_dataset(dataset, cfg.dataset.max_length)
-        notes += [cut] if cut else []
-        recipes = resolve_recipes(cfg)
-        check_vocabulary(dataset.features, [recipes.target, recipes.reference])
     split = make_split(
         len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed
     )
+    if dataset.kind == "text":  # text models train and are queried on token ids
+        from miaudit.models.text import check_vocabulary, run_tokenizer, tokenized_dataset
+
+        texts = dataset.features
+        tokenizer, described = run_tokenizer(cfg.dataset.tokenizer, texts[split.public],
+                                             cfg.dataset.bpe_vocab_size)
+        dataset, cut = tokenized_dataset(dataset, cfg.dataset.max_length, tokenizer, described)
+        notes += [cut] if cut else []
+        recipes = resolve_recipes(cfg)
+        check_vocabulary(dataset.features, [recipes.target, recipes.reference])
     design = make_design(split, cfg.models, cfg.design, cfg.seed, cfg.target, cfg.split.members)
     cache = ModelCache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
     start = time.perf_counter()

@@ -85,6 +85,7 @@ def _run_into(
         "dataset": built.dataset.name,
         "dataset_source": built.dataset.source,
         "dataset_notes": built.dataset.notes,
+        "dataset_preprocessing": built.dataset.preprocessing,
         "design": cfg.design,
         "n_models": built.design.n_models,
         "forgetting_models": len(built.forgetting),
