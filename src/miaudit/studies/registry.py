@@ -35,7 +35,8 @@ CONFIG_FILE = "config.yaml"
 BUILTIN_MODULES = ("miaudit.studies.smoke",
                    "miaudit.studies.calibration",
                    "miaudit.studies.rapid",
-                   "miaudit.studies.generalization",)
+                   "miaudit.studies.generalization",
+                   "miaudit.studies.text",)
 
 
 @dataclass(frozen=True)
