@@ -45,3 +45,9 @@ def invocations(trace: Path) -> dict[str, int]:
 def smoke_cells(n: int, epochs: int = 3, audit: int = 300) -> list[Cell]:
     """``n`` cells of the smoke study (one target + one reference MLP on digits each)."""
     return [Cell("smoke", {"seed": s, "epochs": epochs, "audit": audit}) for s in range(n)]
+
+
+def threads_work(cell: Cell) -> list[dict[str, Any]]:
+    import torch
+
+    return [{"threads": torch.get_num_threads()}]

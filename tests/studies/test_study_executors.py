@@ -71,3 +71,16 @@ def test_worker_setup_turns_off_the_trainers_nested_pool(monkeypatch):
     finally:
         torch.set_num_threads(threads)
         os.environ.pop(parallel.NESTED_ENV, None)  # init_worker set it in this process
+
+
+def test_local_workers_share_the_cores():
+    from study_work import smoke_cells, threads_work
+
+    from miaudit.train.parallel import usable_cpus
+
+    cores = usable_cpus()
+    for workers, n_cells in [(1, 1), (2, 2), (4, 1)]:
+        outcomes = list(LocalExecutor(workers=workers).run(threads_work, smoke_cells(n_cells)))
+        used = min(workers, n_cells)
+        threads = [rows[0]["threads"] for _, rows, _, _ in outcomes]
+        assert threads == [max(1, cores // used)] * n_cells

@@ -1,9 +1,10 @@
 """Where a sweep's cells run: in this process, in local worker processes, or on Ray.
 
 Every executor has ``run(work, cells)``, a generator of ``(cell, rows, error, seconds)`` in the
-order cells *finish*, so the sweep can save each result the moment it exists. Workers use one
-torch thread each: a cell's models are small and separate processes use the cores better than
-intra-op threads (see :mod:`miaudit.train.parallel`).
+order cells *finish*, so the sweep can save each result the moment it exists. Local workers
+split the cores: one torch thread each when there are as many workers as cores (a cell's models
+are small and separate processes use the cores better than intra-op threads, see
+:mod:`miaudit.train.parallel`), the spare cores' threads each when there are fewer.
 """
 
 from __future__ import annotations
@@ -69,11 +70,13 @@ class LocalExecutor:
 
     def run(self, work: Work, cells: Sequence[Cell]) -> Iterator[Outcome]:
         context = multiprocessing.get_context("spawn")  # never fork after torch/OpenMP
+        workers = min(self.workers, len(cells)) or 1
         pool = cf.ProcessPoolExecutor(
-            max_workers=min(self.workers, len(cells)) or 1,
+            max_workers=workers,
             mp_context=context,
             initializer=init_worker,
-            initargs=(1,),
+            # fewer workers than cores (--workers 1, or fewer cells): give each the spare cores
+            initargs=(max(1, usable_cpus() // workers),),
         )
         clean = False
         try:
