@@ -84,3 +84,45 @@ def test_local_workers_share_the_cores():
         used = min(workers, n_cells)
         threads = [rows[0]["threads"] for _, rows, _, _ in outcomes]
         assert threads == [max(1, cores // used)] * n_cells
+
+
+def test_a_worker_exits_when_its_sweep_process_is_killed(tmp_path):
+    """The sweep (a parent process) is SIGKILLed mid-cell; its worker must not run on."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "sweep.py"
+    pid_file = tmp_path / "worker.pid"
+    script.write_text(f"""
+import multiprocessing, os, time
+from miaudit.studies.executors import init_worker
+
+def child():
+    init_worker(1)
+    open({str(pid_file)!r}, "w").write(str(os.getpid()))
+    time.sleep(120)  # a long cell
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    ctx.Process(target=child).start()
+    time.sleep(120)
+""")
+    sweep = subprocess.Popen([sys.executable, str(script)])
+    deadline = time.time() + 60
+    while not pid_file.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    worker = int(pid_file.read_text())
+    sweep.send_signal(signal.SIGKILL)
+    sweep.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the worker outlived its sweep process")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -37,6 +38,22 @@ def init_worker(num_threads: int = 1) -> None:
 
     torch.set_num_threads(num_threads)
     os.environ[parallel.NESTED_ENV] = "1"
+    watch_parent(os.getppid())
+
+
+def watch_parent(parent: int, interval: float = 1.0) -> threading.Thread:
+    """Exit this worker when the sweep process that started it is gone (killed by a signal it
+    could not pass on): a cell mid-training would otherwise keep the cores busy as an orphan.
+    Its finished models are cached already; the rerun resumes."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        os._exit(1)  # no cleanup to run: the cache writes atomically
+
+    thread = threading.Thread(target=watch, name="miaudit-parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 class SerialExecutor:
