@@ -28,5 +28,5 @@ def test_a_tabular_run_example_ships():
                          ids=lambda p: p.name)
 def test_audit_example_loads(path):
     cfg = audit_config(read_yaml(path, "audit config"))
-    assert cfg.target_kind in {"torch", "sklearn"}
+    assert cfg.target_kind in {"torch", "sklearn", "hf"}
     assert cfg.data.dataset

@@ -207,7 +207,9 @@ def _model_section(
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
         suffix = Path(text).suffix.lower()
-        if suffix in _ESTIMATOR_SUFFIXES:
+        if Path(text).is_dir():  # a Hugging Face save_pretrained folder
+            section["hf_model"] = text
+        elif suffix in _ESTIMATOR_SUFFIXES:
             section["estimator"] = text
         elif suffix in _OUTPUT_SUFFIXES:
             section["outputs"] = text
@@ -216,7 +218,8 @@ def _model_section(
         else:
             raise ConfigError(
                 f"model={text!r}: give an estimator file (.joblib/.pkl), an outputs file "
-                "(.npz/.csv/.parquet), 'file.py:Class' or 'pkg.module:Class' with weights=..., "
+                "(.npz/.csv/.parquet), a Hugging Face model folder, "
+                "'file.py:Class' or 'pkg.module:Class' with weights=..., "
                 "'pkg.module:function' (a black box), or the model object itself."
             )
         return section
@@ -296,9 +299,12 @@ def audit(
     public_outputs: str | os.PathLike | None = None,
     preprocessing: str | None = None,
     label_column: str | None = None,
+    text_column: str | None = None,
     membership_column: str | None = None,
     population: float | None = None,
     allow_fewer_reference_rows: bool = False,
+    max_length: int | None = None,
+    reference_base: str | os.PathLike | None = None,
     progress: bool = True,
     echo: bool = False,
     **options: Any,
@@ -309,7 +315,9 @@ def audit(
     statement).
 
     ``model``: what the command line takes — an estimator file (``.joblib``/``.pkl``), an
-    outputs file (``.npz``/``.csv``/``.parquet``), ``"file.py:Class"`` / ``"pkg.mod:Class"``
+    outputs file (``.npz``/``.csv``/``.parquet``), a Hugging Face ``save_pretrained`` folder
+    (texts tokenized to ``max_length``; references fine-tuned from ``reference_base``, the
+    checkpoint it was fine-tuned from), ``"file.py:Class"`` / ``"pkg.mod:Class"``
     with ``weights=`` (and ``model_kwargs=``), ``"pkg.mod:function"`` (a black box) — or an
     object: a fitted scikit-learn estimator (references are clones of it), a torch
     ``nn.Module`` (references are its class with ``recipe``, built with ``model_kwargs``; the
@@ -322,8 +330,9 @@ def audit(
     (``membership_column=`` instead of ``members`` for a 0/1 column of the data file);
     ``public``: the attacker's own data (name, file or ``(X, y)``), or ``public_rows`` of
     ``data``. Arrays are written to a temporary folder for the audit and removed after it
-    (audit.yaml names those files). ``preprocessing``: ``"standard"`` or ``"raw"``, the values
-    the model was trained on (README, "Datasets and their preprocessing").
+    (audit.yaml names those files); ``text_column=`` / ``label_column=`` name the columns of
+    table files (texts for a model folder). ``preprocessing``: ``"standard"`` or ``"raw"``,
+    the values the model was trained on (README, "Datasets and their preprocessing").
 
     ``options``: any other audit-config key, as in audit.yaml (``seed=``, ``name=``,
     ``metrics={"bootstrap": 100}``, ``signals={"grad_norm": False}``, ``attack_params=``,
@@ -342,6 +351,8 @@ def audit(
             model_sec["output_kind"] = output_kind
         if public_outputs is not None:
             model_sec["public_outputs"] = os.fspath(public_outputs)
+        if max_length is not None:
+            model_sec["max_length"] = max_length
         dataset = _data_file(data, folder, "data", "data")
         data_sec: dict[str, Any] = {"dataset": dataset}
         if members is not None:
@@ -359,11 +370,11 @@ def audit(
             public_sec["population"] = population
         # loader options as the command line sets them: a label column for every table file,
         # the preprocessing for the audit data and a public dataset named by registry name
-        if label_column is not None:
-            for section in (data_sec, public_sec):
+        for key, value in (("label_column", label_column), ("text_column", text_column)):
+            for section in (data_sec, public_sec) if value is not None else ():
                 name = section.get("dataset")
-                if name and Path(name).suffix.lower() in _TABLES:
-                    section.setdefault("options", {})["label_column"] = label_column
+                if name and Path(name).suffix.lower() in (*_TABLES, ".jsonl"):
+                    section.setdefault("options", {})[key] = value
         if preprocessing is not None:
             data_sec.setdefault("options", {})["preprocessing"] = preprocessing
             name = public_sec.get("dataset")
@@ -374,6 +385,8 @@ def audit(
             refs["recipe"] = dict(recipe)
         if allow_fewer_reference_rows:
             refs["allow_fewer_rows"] = True
+        if reference_base is not None:
+            refs["base"] = os.fspath(reference_base)
         mapping: dict[str, Any] = {"model": model_sec, "data": data_sec, "references": refs}
         if public_sec:
             mapping["public"] = public_sec

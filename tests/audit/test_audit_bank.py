@@ -47,9 +47,14 @@ def test_black_box_outputs_skip_list_follows_the_needs(user, tmp_path):
     for spec in specs:
         needs = spec.needs
         blocked = bool(needs.channel or needs.out_references or needs.shadows
-                       or needs.in_references or needs.population)
+                       or needs.in_references or needs.population or needs.sequence
+                       or needs.text)
         assert (spec.name in skipped) == blocked, spec.name
         reason = skipped.get(spec.name, "")
+        if needs.sequence:  # a classifier's bank: no causal LM, no texts
+            assert "needs a causal language model's per-token log-probabilities" in reason
+        if needs.text:
+            assert "needs the samples' texts" in reason
         if needs.channel == "grad_norm":
             assert "white-box access" in reason
         if needs.channel == "boundary_distance":

@@ -12,6 +12,7 @@ import numpy as np
 from miaudit.attacks import get_attack
 from miaudit.audit.config import AuditConfig
 from miaudit.audit.data import AuditData, other_preprocessing
+from miaudit.audit.hf import lm_fit
 from miaudit.audit.references import References
 from miaudit.audit.sources import Target
 from miaudit.errors import ConfigError, DataError
@@ -159,13 +160,17 @@ def check_inputs(
     against = (f"the references (trained by miaudit on this data) reach {100 * ref_acc:.1f}% "
                f"accuracy and mean loss {ref_loss:.3g} on theirs"
                if ref_acc is not None else f"guessing the majority class gets {100 * chance:.1f}%")
+    check = ("Check that the data are fed exactly as in training (scaling, normalisation, "
+             "feature order, label encoding; `miaudit data list` states each dataset's "
+             "preprocessing, --preprocessing raw feeds the values as shipped)")
+    if data.kind == "tokens":
+        here = "'as given' (the texts, tokenized by the model folder's tokenizer)"
+        check = ("Check the label column and its encoding (labels are mapped to 0..K-1 in "
+                 "sorted order), the text column, and model.max_length")
     return fit, (
         f"inputs look mismatched: the model is {100 * acc:.1f}% accurate (mean loss "
         f"{loss:.3g}) on its own training rows with preprocessing {here}, where {against}. "
-        "Check that the data are fed exactly as in training (scaling, normalisation, feature "
-        "order, label encoding; `miaudit data list` states each dataset's preprocessing, "
-        "--preprocessing raw feeds the values as shipped); until then the attack figures say "
-        "little about what the model leaks."
+        f"{check}; until then the attack figures say little about what the model leaks."
     ), None
 
 
@@ -198,16 +203,16 @@ def build_audit_bank(
                       boundary_distance=cfg.signals.boundary_distance,
                       batch_size=cfg.signals.batch_size, seed=cfg.seed)
     signals = query_signals([target_model, *refs.modules], data.features, data.labels, rows,
-                            data.kind, spec, device, progress, white_box=target.kind == "torch",
+                            data.kind, spec, device, progress, white_box=target.white_box,
                             black_box_reason=_BLACK_BOX.get(target.kind, ""))  # fmt: skip
     logits, seconds, missing = signals.logits, signals.seconds, signals.missing
-    if target.kind != "outputs":
+    if target.kind != "outputs" and logits is not None:  # (a causal LM answers no logits)
         probe = logits[0, : data.n_audit, 0].astype(np.float64)
         if target.kind == "torch" and (probe >= 0).all() and np.allclose(probe.sum(1), 1, 1e-3):
             notes.append("the module's outputs look like probabilities, not logits; the bank "
                          "reads them as logits: return logits (or log-probabilities) instead")
     labels = data.labels[:n_rows]
-    n_models = logits.shape[0]
+    n_models = 1 + len(refs.modules)
     membership = np.zeros((n_models, n_rows), dtype=bool)
     membership[0, : data.n_audit] = data.members
     if refs.modules:
@@ -217,8 +222,12 @@ def build_audit_bank(
     population = np.zeros(n_rows, dtype=bool)
     if population_reason is None:
         population[data.n_audit + data.n_pool:] = True
-    bank = assemble_bank(signals, labels, membership, audit, population)
-    fit, mismatch, note = check_inputs(cfg, target, refs, data, bank, device)
+    texts = None if data.texts is None else data.texts[:n_rows]  # (zlib and blind read them)
+    bank = assemble_bank(signals, labels, membership, audit, population, texts)
+    if target.causal_lm:  # a loss and perplexity, no accuracy
+        fit, mismatch, note = lm_fit(bank, data, len(refs.modules), refs.membership), None, None
+    else:
+        fit, mismatch, note = check_inputs(cfg, target, refs, data, bank, device)
     notes += [n for n in (mismatch, note) if n]
     return AuditBank(bank, missing, population_reason, notes, seconds, fit, mismatch)
 
@@ -240,6 +249,11 @@ def skip_reasons(
         elif needs.shadows and n_refs < needs.shadows:
             why.append(f"needs {needs.shadows} reference models as shadows; this audit has "
                        f"{n_refs} (raise references.models)")
+        if needs.sequence and not built.bank.has_sequences:
+            why.append("needs a causal language model's per-token log-probabilities; the "
+                       "target is a classifier")
+        if needs.text and not built.bank.has_text:
+            why.append("needs the samples' texts (text data audited with model.hf_model)")
         if needs.in_references:
             why.append("needs reference models trained on the audit samples (the online "
                        "design); references of a given model train on public data only, so "

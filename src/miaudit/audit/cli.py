@@ -19,6 +19,9 @@ _EPILOG = """examples:
   miaudit audit --estimator model.joblib --data audit.parquet --membership-column member \\
       --label-column income --public public.parquet
   miaudit audit --outputs outputs.npz --data digits --members members.txt
+  miaudit audit --hf-model my-bert/ --data mails.csv --text-column text --label-column spam \
+      --members members.txt --public public.csv --reference-base bert-base-uncased/ \
+      --recipe '{optimizer: adam, lr: 0.00005, epochs: 3, batch_size: 16}'
   miaudit audit --config audit.yaml
 Unpickling an estimator runs code from the file: audit only your own files."""
 
@@ -61,6 +64,8 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
     put("model", "outputs", args.outputs)
     put("model", "public_outputs", args.public_outputs)
     put("model", "output_kind", args.output_kind)
+    put("model", "hf_model", args.hf_model)
+    put("model", "max_length", args.max_length)
     put("data", "dataset", args.data)
     put("data", "options", args.data_options and _mapping(args.data_options, "--data-options"))
     put("data", "members", args.members)
@@ -69,10 +74,11 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
     put("public", "dataset", args.public)
     put("public", "rows", args.public_rows)
     put("public", "population", args.population)
-    if args.label_column:  # every table file given gets it
+    for key in ("label_column", "text_column"):  # every table file given gets them
+        value = getattr(args, key)
         for section, name in (("data", args.data), ("public", args.public)):
-            if name and Path(name).suffix.lower() in _TABLES:
-                cfg[section].setdefault("options", {})["label_column"] = args.label_column
+            if value and name and Path(name).suffix.lower() in (*_TABLES, ".jsonl"):
+                cfg[section].setdefault("options", {})[key] = value
     if args.preprocessing:  # the audit data's; a public registry dataset is scaled alike
         cfg["data"].setdefault("options", {})["preprocessing"] = args.preprocessing
         if args.public and Path(args.public).suffix.lower() not in (".npz", *_TABLES):
@@ -80,6 +86,7 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
     put("references", "models", args.references)
     put("references", "recipe", args.recipe and _mapping(args.recipe, "--recipe"))
     put("references", "allow_fewer_rows", True if args.allow_fewer_reference_rows else None)
+    put("references", "base", args.reference_base)
     put("signals", "queries", args.queries and _names(args.queries))
     put("signals", "grad_norm", False if args.no_grad_norm else None)
     put("signals", "boundary_distance", True if args.boundary_distance else None)
@@ -109,15 +116,21 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `audit` subcommand."""
     p = subparsers.add_parser(
-        "audit", help="audit your own trained model (PyTorch, scikit-learn or a black box)",
+        "audit", help="audit your own trained model (PyTorch, Hugging Face, scikit-learn or a "
+        "black box)",
         description="Membership inference audit of a model trained outside miaudit.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", help="YAML audit config (flags override it)")
-    g = p.add_argument_group("the model (one of --model, --estimator, --predict, --outputs)")
+    g = p.add_argument_group(
+        "the model (one of --model, --hf-model, --estimator, --predict, --outputs)")
     g.add_argument("--model", help="PyTorch nn.Module: 'package.module:Class' or 'file.py:Class'")
     g.add_argument("--model-kwargs", help="its constructor arguments, YAML: '{width: 64}'")
     g.add_argument("--weights", help=".safetensors or torch.save state dict (weights_only)")
+    g.add_argument("--hf-model", metavar="DIR", help="Hugging Face save_pretrained folder "
+                   "(config.json, weights, tokenizer.json): a sequence classifier or causal LM")
+    g.add_argument("--max-length", type=int,
+                   help="--hf-model: tokens per text (default: the model's positions, <= 512)")
     g.add_argument("--estimator", help="scikit-learn estimator with predict_proba (joblib)")
     g.add_argument("--predict", help="black box: 'package.module:function', X -> [n, classes]")
     g.add_argument("--outputs", help="black box: .npz/.csv/.parquet of logits or probabilities")
@@ -127,6 +140,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--data", help="dataset name (miaudit data list) or .npz/.csv/.parquet file")
     d.add_argument("--data-options", help="loader options, YAML: '{label_column: y}'")
     d.add_argument("--label-column", help="label column of .csv/.parquet files")
+    d.add_argument("--text-column", help="text column of .csv/.jsonl/.parquet files (texts)")
     d.add_argument("--preprocessing", choices=("standard", "raw"),
                    help="feed the values the model was trained on: standard (default: the "
                    "library's scaling, see miaudit data list) or raw (as the source ships them)")
@@ -139,10 +153,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r = p.add_argument_group("reference models and signals")
     r.add_argument("--references", type=int, help="how many reference models (0: none)")
     r.add_argument("--recipe", help="reference training recipe, YAML mapping or file")
+    r.add_argument("--reference-base", metavar="DIR",
+                   help="--hf-model: the pretrained folder it was fine-tuned from (references "
+                   "are fine-tuned from it; default: its config trained from scratch)")
     r.add_argument("--allow-fewer-reference-rows", action="store_true",
                    help="train references on fewer rows than the target when the public "
                         "data is too small (refused otherwise; the report warns)")
-    r.add_argument("--queries", help="comma-separated: plain, mirror, crop-flip-K")
+    r.add_argument("--queries", help="comma-separated: plain, mirror, crop-flip-K (images), "
+                   "token-dropout-K, adjacent-swap-K (texts)")
     r.add_argument("--no-grad-norm", action="store_true", help="skip per-sample gradients")
     r.add_argument("--boundary-distance", action="store_true", help="HopSkipJump (slow)")
     r.add_argument("--attacks", help="comma-separated attack names (default: all)")

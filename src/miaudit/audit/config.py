@@ -24,7 +24,8 @@ OUTPUT_KINDS = ("auto", "logits", "probabilities")
 
 @dataclass
 class ModelSection:
-    """The audited model: exactly one of module (+ weights), estimator, predict, outputs."""
+    """The audited model: exactly one of module (+ weights), hf_model, estimator, predict,
+    outputs."""
 
     module: str | None = None  # torch: "package.module:Class" or "file.py:Class" (or factory)
     kwargs: dict[str, Any] = field(default_factory=dict)  # constructor arguments
@@ -35,6 +36,10 @@ class ModelSection:
     public_outputs: str | None = None  # ... and on the public data's rows (optional)
     output_kind: str = "auto"  # of predict/outputs: auto | logits | probabilities
     tolerance: float = 1e-3  # |sum of a probability row - 1| allowed
+    # A Hugging Face save_pretrained folder (config.json, weights, tokenizer.json): a sequence
+    # classifier or a causal LM, audited on text data (miaudit.audit.hf).
+    hf_model: str | None = None
+    max_length: int | None = None  # tokens per text; default min(model positions, 512)
     # An in-memory model from the Python API (miaudit.audit): a fitted estimator with
     # predict_proba, an nn.Module (then `module` may name its class, for reference models) or
     # a function X -> outputs. A file cannot hold one: audit.yaml records what it was.
@@ -73,12 +78,16 @@ class ReferencesSection:
     # Train references on fewer rows than the target when the public pool is too small
     # (otherwise refused: such references understate the leak).
     allow_fewer_rows: bool = False
+    # hf_model only: the pretrained checkpoint folder the model was fine-tuned from; references
+    # are fine-tuned from it (default: the model's config trained from scratch).
+    base: str | None = None
 
 
 @dataclass
 class SignalsSection:
-    queries: list[str] = field(default_factory=lambda: ["plain"])  # plain | mirror | crop-flip-K
-    grad_norm: bool | None = None  # per-sample gradient norms; default: on for torch models
+    # plain | mirror | crop-flip-K (images) | token-dropout-K | adjacent-swap-K (texts)
+    queries: list[str] = field(default_factory=lambda: ["plain"])
+    grad_norm: bool | None = None  # per-sample gradient norms; default: on (white-box models)
     boundary_distance: bool = False  # label-only HopSkipJump distances (slow)
     batch_size: int = 1024
 
@@ -115,10 +124,12 @@ class AuditConfig:
 
     @property
     def target_kind(self) -> str:
-        """torch | sklearn | function | outputs (which model input was given)."""
+        """torch | hf | sklearn | function | outputs (which model input was given)."""
         m = self.model
         if m.instance is not None:
             return instance_kind(m.instance)
+        if m.hf_model:
+            return "hf"
         return "torch" if m.module else "sklearn" if m.estimator else (
             "function" if m.predict else "outputs"
         )
@@ -157,11 +168,13 @@ def _check(cfg: AuditConfig) -> None:
             raise ConfigError(message)
 
     m = cfg.model
-    given = [k for k in ("module", "estimator", "predict", "outputs") if getattr(m, k)]
+    given = [k for k in ("module", "hf_model", "estimator", "predict", "outputs")
+             if getattr(m, k)]
     if m.instance is not None:
         _check_instance(m, given)
     need(m.instance is not None or len(given) == 1,
          "name the model exactly once: model.module (+ model.weights) for a PyTorch module, "
+         "model.hf_model for a Hugging Face model folder, "
          "model.estimator for a scikit-learn estimator, model.predict for a prediction "
          "function, or model.outputs for precomputed outputs"
          + (f"; got {', '.join(given)}." if given else "; got none."))
@@ -170,6 +183,14 @@ def _check(cfg: AuditConfig) -> None:
     need(not m.weights or bool(m.module), "model.weights needs model.module (its class).")
     need(not m.public_outputs or bool(m.outputs), "model.public_outputs needs model.outputs.")
     need(isinstance(m.kwargs, dict), "model.kwargs must be a mapping of constructor arguments.")
+    need(m.max_length is None or (isinstance(m.max_length, int) and not isinstance(
+        m.max_length, bool) and m.max_length >= 2),
+         f"model.max_length must be an integer >= 2 (tokens per text); got {m.max_length!r}.")
+    need(m.max_length is None or bool(m.hf_model),
+         "model.max_length applies to a Hugging Face model folder (model.hf_model).")
+    need(not cfg.references.base or bool(m.hf_model),
+         "references.base (the checkpoint a Hugging Face model was fine-tuned from) needs "
+         "model.hf_model.")
     need(m.output_kind in OUTPUT_KINDS,
          f"model.output_kind must be one of {', '.join(OUTPUT_KINDS)}; got {m.output_kind!r}.")
     need(isinstance(m.tolerance, (int, float)) and 0 < m.tolerance < 1,
@@ -246,8 +267,8 @@ def audit_config(data: dict[str, Any] | None) -> AuditConfig:
 
 # Path fields of the audit config, by section (None: top level). `spec` fields are
 # "file.py:Name" or "package.module:Name"; `data` fields are a file or a registry name.
-_FILES = {"model": ("weights", "estimator", "outputs", "public_outputs"),
-          "data": ("members", "nonmembers"), "public": ("rows",),
+_FILES = {"model": ("weights", "estimator", "outputs", "public_outputs", "hf_model"),
+          "data": ("members", "nonmembers"), "public": ("rows",), "references": ("base",),
           None: ("data_dir", "cache_dir", "output")}
 _SPECS = {"model": ("module", "predict")}
 _DATA = {"data": ("dataset",), "public": ("dataset",)}

@@ -38,6 +38,7 @@ class AuditData:
     data: Dataset
     public: Dataset | None
     notes: list[str] = field(default_factory=list)
+    texts: np.ndarray | None = None  # bank-ordered texts once `features` hold token ids
 
     @property
     def n_audit(self) -> int:
@@ -186,7 +187,10 @@ def _check_table_columns(a: str, b: str, ignore: str | None) -> None:
 
 
 def _duplicates(a: np.ndarray, b: np.ndarray) -> int:
-    """How many rows of `b` equal some row of `a` exactly."""
+    """How many rows of `b` equal some row of `a` exactly (texts compared as strings)."""
+    if a.dtype == object:
+        texts = set(a.tolist())
+        return sum(t in texts for t in b.tolist())
     seen = {row.tobytes() for row in np.ascontiguousarray(a).reshape(len(a), -1)}
     return sum(row.tobytes() in seen for row in np.ascontiguousarray(b).reshape(len(b), -1))
 
@@ -212,8 +216,8 @@ def other_preprocessing(cfg: AuditConfig, data: AuditData) -> tuple[str, Dataset
     """The audit data loaded with the other `preprocessing` value ("raw" <-> "standard"), to
     test which values the model was trained on; None when there is no other form (a
     membership column's file, a loader without one, or the same values either way)."""
-    if cfg.data.membership_column:
-        return None
+    if cfg.data.membership_column or data.kind in ("text", "tokens"):
+        return None  # texts read the same under either value
     mode = cfg.data.options.get("preprocessing", "standard")
     other = "raw" if mode == "standard" else "standard"
     try:
@@ -226,6 +230,19 @@ def other_preprocessing(cfg: AuditConfig, data: AuditData) -> tuple[str, Dataset
             alt.features[rows], data.data.features[rows]):
         return None
     return other, alt
+
+
+def bank_features(
+    data: Dataset, public: Dataset | None, audit_rows: np.ndarray, pool_rows: np.ndarray,
+    population_rows: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Features and labels in bank order: audit rows of `data`, then the pool and the
+    population rows of `public`."""
+    parts, labels = [data.features[audit_rows]], [data.labels[audit_rows]]
+    if public is not None:
+        parts += [public.features[pool_rows], public.features[population_rows]]
+        labels += [public.labels[pool_rows], public.labels[population_rows]]
+    return np.concatenate(parts), np.concatenate(labels)
 
 
 def build_audit_data(cfg: AuditConfig) -> AuditData:
@@ -288,16 +305,12 @@ def build_audit_data(cfg: AuditConfig) -> AuditData:
     shuffled = rng.permutation(public_rows)
     n_pop = int(round(cfg.public.population * shuffled.size))
     population_rows, pool_rows = np.sort(shuffled[:n_pop]), np.sort(shuffled[n_pop:])
-    parts = [data.features[audit_rows]]
-    labels = [data.labels[audit_rows]]
-    if public is not None:
-        parts += [public.features[pool_rows], public.features[population_rows]]
-        labels += [public.labels[pool_rows], public.labels[population_rows]]
+    features, labels = bank_features(data, public, audit_rows, pool_rows, population_rows)
     if cfg.references.models and public is not None and pool_rows.size < 2:
         raise ConfigError("the public data needs at least 2 rows outside the population for "
                           "reference models; give more public rows or lower public.population.")
     return AuditData(
-        features=np.concatenate(parts), labels=np.concatenate(labels),
+        features=features, labels=labels,
         members=np.isin(audit_rows, members), audit_rows=audit_rows, pool_rows=pool_rows,
         population_rows=population_rows, data=data, public=public, notes=notes,
     )

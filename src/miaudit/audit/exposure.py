@@ -25,19 +25,21 @@ COLUMNS = ("rank", "row", "label", "predicted", "score", "flagged_at_fpr", "nonm
 
 
 def rank_exposed(
-    result: AuditResult, attack: str, data: AuditData, top: int, predicted: np.ndarray
+    result: AuditResult, attack: str, data: AuditData, top: int, predicted: np.ndarray | None
 ) -> list[dict[str, Any]]:
     """The `top` members with the highest score under `attack` (ties: lower row first).
 
     `row` is the sample's row in the user's data; `predicted` [n_audit] is the target's
-    predicted class (query 0). Members the attack could not score (NaN) are not ranked.
+    predicted class (query 0), or None (a causal LM: left blank). Members the attack could
+    not score (NaN) are not ranked.
     The ranking is the report's (:func:`miaudit.report.exposure.rank_members`), with the
     label and prediction of each sample added.
     """
     with_rows = result if result.rows is not None else replace(result, rows=data.audit_rows)
     return [
         {"rank": r["rank"], "bank_index": r["bank_index"], "row": r["row"],
-         "label": int(data.labels[r["bank_index"]]), "predicted": int(predicted[r["position"]]),
+         "label": int(data.labels[r["bank_index"]]),
+         "predicted": "" if predicted is None else int(predicted[r["position"]]),
          "score": r["score"], "flagged_at_fpr": r["flagged_at_fpr"],
          "nonmembers_above": r["nonmembers_above"]}
         for r in rank_members(with_rows, attack, top)

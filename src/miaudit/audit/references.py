@@ -2,6 +2,8 @@
 
 - PyTorch: the user's module class (model kind ``import``) with the recipe the user states,
   trained by miaudit's trainer and cached by content like every other model.
+- Hugging Face folder: the ``hf`` architecture with that recipe, fine-tuned from
+  ``references.base`` or the model's config from scratch (:func:`miaudit.audit.hf.hf_recipe`).
 - scikit-learn: ``sklearn.base.clone`` of the estimator (its own hyper-parameters, a fresh
   ``random_state`` per reference) fitted on each reference's rows, cached by content in
   ``<cache>/sklearn``.
@@ -59,6 +61,10 @@ class References:
 
 def torch_recipe(cfg: AuditConfig, target: Target) -> tuple[Recipe | None, str | None]:
     """The reference recipe, or None and why there is none."""
+    if target.kind == "hf":
+        from miaudit.audit.hf import hf_recipe  # transformers only for model folders
+
+        return hf_recipe(cfg, target)
     stated = cfg.references.recipe
     if target.kind == "torch":
         if stated is None:
@@ -248,7 +254,7 @@ def reference_models(
         labels=public.labels, num_classes=data.num_classes, progress=progress,
     )
     notes = list(caveats)
-    if target.kind != "torch":
+    if target.kind not in ("torch", "hf") or (target.kind == "hf" and recipe.architecture != "hf"):
         notes.append(f"reference models use a stand-in architecture ({recipe.architecture}), "
                      "not the black-box target's own; reference attacks may understate the leak")
     return References(

@@ -9,15 +9,17 @@ from typing import Any
 
 import torch
 
-from miaudit.attacks import get_attack, list_attacks
+from miaudit.attacks import get_attack
 from miaudit.audit.bank import bank_summary, build_audit_bank, skip_reasons
 from miaudit.audit.config import AuditConfig, dump_audit_config
 from miaudit.audit.data import AuditData, build_audit_data
 from miaudit.audit.exposure import exposure_csv, rank_exposed, thumbnail_figure
+from miaudit.audit.hf import default_attacks, hf_task, load_hf_target, reference_note
 from miaudit.audit.references import References, reference_models
 from miaudit.audit.sources import Target, load_target
 from miaudit.audit.verdict import make_verdict, verdict_text
 from miaudit.devices import resolve_device
+from miaudit.errors import ConfigError
 from miaudit.io import StagedRunDir, write_json, write_text
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.report import format_table, write_report
@@ -26,7 +28,7 @@ from miaudit.results import AuditResult
 from miaudit.train.cache import default_cache_dir
 
 _SEEN_AS = {"torch": "outputs (logits or probabilities)", "sklearn": "predicted probabilities",
-            "function": "outputs", "outputs": "outputs"}
+            "function": "outputs", "outputs": "outputs", "hf": "outputs (logits or probabilities)"}
 
 
 def run_dir(cfg: AuditConfig) -> Path:
@@ -39,6 +41,8 @@ def _reference_note(target: Target, refs: References) -> str:
         return (f"No reference models ({refs.reason}); only attacks on the target's own outputs "
                 "ran. Reference-based attacks are usually far stronger at low FPR, so these "
                 "figures likely understate the leak.")
+    if target.kind == "hf":
+        return reference_note(target, n, refs.recipe)
     if target.kind == "sklearn":
         return (f"The {n} reference models are clones of the estimator (same hyper-parameters) "
                 "fitted on public data.")
@@ -73,6 +77,7 @@ def _meta(cfg: AuditConfig, data: AuditData, target: Target, refs: References,
         "references_trained": refs.trained,
         "references_from_cache": refs.reused,
         "queries": ", ".join(cfg.signals.queries),
+        **(target.hf.meta() if target.hf is not None else {}),
         "device": device,
         "seconds": round(seconds, 1),
         "config": cfg.to_dict(),
@@ -87,7 +92,8 @@ def run_audit(
     Everything is written into a staging folder that replaces the previous run's files only
     when this audit succeeds (io.StagedRunDir): bad input or an interruption leaves the
     previous run intact."""
-    names = cfg.attacks if cfg.attacks is not None else [s.name for s in list_attacks()]
+    task = hf_task(cfg)  # a model folder is checked before any other work
+    names = cfg.attacks if cfg.attacks is not None else default_attacks(task)
     for name in names:
         get_attack(name)  # unknown names fail before any work
     out = run_dir(cfg)
@@ -116,7 +122,17 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
     data = build_audit_data(cfg)
-    target = load_target(cfg.model, data.input_shape, data.num_classes, data.features[:64])
+    if cfg.model.hf_model:
+        target, data = load_hf_target(cfg, data)
+    elif data.kind == "text" and cfg.target_kind != "outputs":  # outputs need no features
+        raise ConfigError(
+            f"the audit data {data.data.name} are texts: audit a Hugging Face model folder "
+            "(model.hf_model / --hf-model) or precomputed outputs on them; other models take "
+            "numeric features."
+        )
+    else:
+        target = load_target(cfg.model, data.input_shape, data.num_classes,
+                             data.features[:64])
     cache_root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     refs = reference_models(cfg, target, data, cache_root, device, progress)
     built = build_audit_bank(cfg, target, refs, data, device, progress)
@@ -132,14 +148,16 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
     skipped.update(result.meta.get("skipped") or {})
     result.meta["skipped"] = {n: skipped[n] for n in names if n in skipped}
     verdict = make_verdict(result, {
-        "outputs": _SEEN_AS[target.kind], "references": len(refs.modules),
+        "outputs": "token probabilities" if target.causal_lm else _SEEN_AS[target.kind],
+        "references": len(refs.modules),
         "reference_note": " ".join([_reference_note(target, refs), *refs.caveats]),
         "skipped": len(skipped),
         "confidence": cfg.metrics.confidence, "input_mismatch": built.mismatch,
     })
     figures = {}
     if verdict.get("attack"):
-        predicted = built.bank.logits[0, : data.n_audit, 0].argmax(axis=-1)
+        predicted = (None if target.causal_lm  # an LM predicts tokens, not the label
+                     else built.bank.logits[0, : data.n_audit, 0].argmax(axis=-1))
         ranked = rank_exposed(result, verdict["attack"], data, int(data.members.sum()), predicted)
         top = ranked[: cfg.exposed]
         result.meta["exposure"] = {"attack": verdict["attack"],

@@ -35,17 +35,23 @@ _PROBE_ROWS = 64  # rows used to check a black box's output once at load time
 class Target:
     """The audited model as the audit can use it."""
 
-    kind: str  # torch | sklearn | function | outputs
+    kind: str  # torch | hf | sklearn | function | outputs
     name: str  # what was loaded, for the report
     module: nn.Module | None = None  # queryable model returning logits (None: outputs only)
     estimator: Any = None  # scikit-learn only (cloned for reference models)
     outputs: dict[str, tuple[np.ndarray | None, np.ndarray]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    hf: Any = None  # a Hugging Face folder's details (miaudit.audit.hf.HFTarget)
 
     @property
     def white_box(self) -> bool:
-        """Gradients are available (a PyTorch module with its weights)."""
-        return self.kind == "torch"
+        """Gradients are available (a PyTorch module with its weights, or a model folder)."""
+        return self.kind in ("torch", "hf")
+
+    @property
+    def causal_lm(self) -> bool:
+        """The model is a causal LM (answers sequence signals, not logits)."""
+        return bool(getattr(self.hf, "causal_lm", False))
 
     @property
     def queryable(self) -> bool:

@@ -1,0 +1,368 @@
+"""Hugging Face model folders (``save_pretrained``) as miaudit models: the ``hf`` architecture.
+
+A folder holds ``config.json``, the weights (``model.safetensors`` or ``pytorch_model.bin``,
+possibly sharded with an ``*.index.json``) and the tokenizer (``tokenizer.json``). It is read
+with ``local_files_only=True`` only: nothing ever comes from a model hub. Two tasks are
+supported, read from ``config.json``'s ``architectures``: sequence classification
+(``*ForSequenceClassification``, returning logits ``[B, C]``) and causal language modelling
+(``*ForCausalLM`` / ``*LMHeadModel``, returning next-token logits ``[B, T, V]``, with
+``causal_lm = True`` so the trainer and the signal assembly treat it as
+:class:`miaudit.models.text.CausalLM`).
+
+**Token ids in features.** As for the other text models, inputs are token ids ``[B, L]`` as
+exact float32 (:func:`miaudit.models.text.token_ids`). miaudit's convention is padding id 0
+(the text queries of :mod:`miaudit.signals.query` and the right-padding check of the sequence
+bank rely on it), but a folder's tokenizer may pad with another id (RoBERTa 1, GPT-2 its
+end-of-text token). So features hold the ids with the tokenizer's pad id and 0 swapped
+(:func:`swap_pad`, its own inverse); the wrappers swap them back before the model sees them,
+and a causal LM's logits are permuted the same way, so ``logits[..., i]`` scores feature id i.
+
+``transformers`` and ``tokenizers`` are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from miaudit.errors import ConfigError
+from miaudit.models.registry import register_model
+from miaudit.models.text import token_ids
+
+CLASSIFIER, CAUSAL_LM = "sequence-classification", "causal-lm"
+TASKS = (CLASSIFIER, CAUSAL_LM)
+INITS = ("pretrained", "scratch")
+# Weight files a save_pretrained folder may hold (sharded saves add numbered shards).
+_WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+_SAVE_HINT = "model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR)"
+
+
+def task_of(architecture: str) -> str | None:
+    """The task of a transformers class name, or None when miaudit cannot audit it."""
+    if architecture.endswith("ForSequenceClassification"):
+        return CLASSIFIER
+    if architecture.endswith(("ForCausalLM", "LMHeadModel")):
+        return CAUSAL_LM
+    return None
+
+
+@dataclass(frozen=True)
+class HFFolder:
+    """What a save_pretrained folder holds, checked (see :func:`inspect_folder`)."""
+
+    path: Path
+    config: dict[str, Any]  # config.json
+    architecture: str  # config.architectures[0], e.g. BertForSequenceClassification
+    task: str  # CLASSIFIER | CAUSAL_LM
+    weights: tuple[Path, ...]  # the weight files (shards and their index included)
+    tokenizer: Path | None  # tokenizer.json
+
+    @property
+    def max_positions(self) -> int | None:
+        for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+            if isinstance(self.config.get(key), int):
+                return int(self.config[key])
+        return None
+
+    @property
+    def num_labels(self) -> int:
+        labels = self.config.get("id2label")
+        return len(labels) if isinstance(labels, dict) else int(self.config.get("num_labels", 2))
+
+
+def _weight_files(path: Path) -> tuple[Path, ...]:
+    for index in _WEIGHT_INDEXES:
+        if (path / index).is_file():
+            try:
+                shards = sorted(set(json.loads((path / index).read_text())["weight_map"].values()))
+            except (OSError, ValueError, KeyError, AttributeError) as exc:
+                raise ConfigError(f"{path / index} is not a readable weight index: {exc}") from exc
+            return (path / index, *(path / s for s in shards))
+    return tuple(path / name for name in _WEIGHT_FILES if (path / name).is_file())
+
+
+def inspect_folder(
+    path: str | Path, what: str = "model.hf_model", weights: bool = True, tokenizer: bool = True,
+    task: str | None = None,
+) -> HFFolder:
+    """The folder at ``path`` checked: a ConfigError naming the fix when it is not a folder,
+    lacks config.json, (``weights``) its weights or (``tokenizer``) tokenizer.json, or holds
+    an architecture that is neither a sequence classifier nor a causal LM. With ``task``
+    given, any architecture is accepted (a pretrained base, e.g. BertForMaskedLM, that a
+    classifier is fine-tuned from) and built for that task."""
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise ConfigError(
+            f"{what} {path} is not a folder: give the folder written by {_SAVE_HINT}."
+        )
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{what} {path} has no config.json: it is not a save_pretrained folder; save the "
+            f"model with {_SAVE_HINT}."
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path / 'config.json'} is not readable JSON: {exc}") from exc
+    names = config.get("architectures") or []
+    architecture = str(names[0]) if names else ""
+    task = task or task_of(architecture)
+    if task not in TASKS:
+        raise ConfigError(
+            f"{what} {path} holds a {architecture or 'model of no stated architecture'} "
+            "(config.json 'architectures'); miaudit audits sequence classifiers "
+            "(*ForSequenceClassification) and causal language models (*ForCausalLM, "
+            "*LMHeadModel). Save the model class you trained, e.g. "
+            "AutoModelForSequenceClassification, with save_pretrained."
+        )
+    if config.get("auto_map"):
+        raise ConfigError(
+            f"{what} {path} needs custom code (config.json 'auto_map'); miaudit never runs "
+            "code from a model folder: audit it as a PyTorch module (model.module) instead."
+        )
+    files = _weight_files(path) if weights else ()
+    if weights and not files:
+        raise ConfigError(
+            f"{what} {path} has no weights (model.safetensors or pytorch_model.bin): save "
+            "them with model.save_pretrained(DIR)."
+        )
+    tok = path / "tokenizer.json"
+    if tokenizer and not tok.is_file():
+        raise ConfigError(
+            f"{what} {path} has no tokenizer.json: the audit tokenizes the texts with the "
+            "model's own tokenizer; save it beside the model with tokenizer.save_pretrained(DIR) "
+            "(a fast tokenizer, e.g. AutoTokenizer.from_pretrained(BASE))."
+        )
+    return HFFolder(path.resolve(), config, architecture, task, files,
+                    tok if tok.is_file() else None)
+
+
+@functools.lru_cache(maxsize=32)
+def _digest(files: tuple[tuple[str, str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for name, path, _, _ in files:
+        digest.update(name.encode() + b"\0")
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def folder_digest(path: str | Path, weights: bool = True) -> str:
+    """sha256 over config.json and (``weights``) the weight files: what an ``hf`` model built
+    from the folder depends on. Memoised by file size and modification time."""
+    folder = Path(path).expanduser().resolve()
+    files = [folder / "config.json", *(_weight_files(folder) if weights else ())]
+    return _digest(tuple((f.name, str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+
+
+# --- token ids --------------------------------------------------------------------------------
+
+
+def swap_pad(ids: Tensor | np.ndarray, pad: int) -> Tensor | np.ndarray:
+    """``ids`` with ``pad`` and 0 exchanged (its own inverse): tokenizer ids <-> features."""
+    if pad == 0:
+        return ids
+    where = torch.where if isinstance(ids, Tensor) else np.where
+    return where(ids == pad, 0, where(ids == 0, pad, ids))
+
+
+# --- the wrappers -----------------------------------------------------------------------------
+
+
+class HFModule(nn.Module):
+    """A transformers model taking feature ids ``[B, L]`` (pad 0, see the module docstring)."""
+
+    pad_id = 0  # in feature space; ``token_pad`` is the tokenizer's
+
+    def __init__(self, model: nn.Module, token_pad: int) -> None:
+        super().__init__()
+        self.model = model
+        self.token_pad = int(token_pad)
+
+    def _ids(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(tokenizer ids, mask of real tokens) of feature ids ``x``."""
+        ids = token_ids(x)
+        return swap_pad(ids, self.token_pad), ids != 0
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The state dict with tied tensors (e.g. an LM head tied to the input embedding) as
+        copies of their own: safetensors (the model cache) refuses shared memory. Loading
+        writes every key into the one shared parameter."""
+        state = super().state_dict(*args, **kwargs)
+        seen: set[tuple[int, int]] = set()
+        for key, value in state.items():
+            if isinstance(value, Tensor) and value.numel():
+                where = (value.untyped_storage().data_ptr(), value.storage_offset())
+                if where in seen:
+                    state[key] = value.clone()
+                seen.add(where)
+        return state
+
+
+class HFClassifier(HFModule):
+    """A ``*ForSequenceClassification`` model: feature ids ``[B, L]`` -> logits ``[B, C]``.
+
+    Encoders get the attention mask as the additive 4-D mask (transformers uses it as is,
+    where from a 2-D one it branches on the data, which torch.func cannot trace: per-sample
+    gradient norms need it); decoders, whose causal mask a 4-D one would replace, the 2-D one.
+    """
+
+    def __init__(self, model: nn.Module, token_pad: int) -> None:
+        super().__init__(model, token_pad)
+        self.additive_mask = _additive_mask_ok(self)
+
+    def forward(self, x: Tensor, additive: bool | None = None) -> Tensor:
+        ids, real = self._ids(x)
+        if self.additive_mask if additive is None else additive:
+            mask = (~real[:, None, None, :]).float() * torch.finfo(torch.float32).min
+        else:
+            mask = real.long()
+        return self.model(input_ids=ids, attention_mask=mask).logits
+
+
+def _additive_mask_ok(module: HFClassifier) -> bool:
+    """Whether the model computes the same logits with the additive 4-D mask (an encoder)."""
+    vocab = int(module.model.get_input_embeddings().num_embeddings)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(1, max(2, vocab), (2, 8), generator=gen)
+    x[0, 5:] = 0
+    was = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            return bool(torch.allclose(module(x, True), module(x, False), atol=1e-4))
+    except Exception:  # a model refusing 4-D masks
+        return False
+    finally:
+        module.train(was)
+
+
+class HFCausalLM(HFModule):
+    """A causal LM: feature ids ``[B, T]`` -> next-token logits ``[B, T, V]`` over feature ids
+    (the pad swap applied to the vocabulary axis too)."""
+
+    causal_lm = True
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def forward(self, x: Tensor) -> Tensor:
+        ids, real = self._ids(x)
+        logits = self.model(input_ids=ids, attention_mask=real.long(), use_cache=False).logits
+        if self.token_pad == 0:
+            return logits
+        order = swap_pad(torch.arange(logits.shape[-1], device=logits.device), self.token_pad)
+        return logits.index_select(-1, order)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """transformers without its loading reports and progress bars (newly initialised heads
+    of a reference model are expected)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def load_folder_model(
+    folder: HFFolder, token_pad: int, num_labels: int | None = None, init: str = "pretrained",
+    strict: bool = True,
+) -> HFModule:
+    """The folder's model (``init="pretrained"``: its weights; ``"scratch"``: its config,
+    randomly initialised from torch's RNG) wrapped for feature ids. ``num_labels`` (a
+    classifier) replaces the head's width; ``strict``: every weight must come from the folder
+    (the audited model), else a ConfigError naming what is missing."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    auto = AutoModelForCausalLM if folder.task == CAUSAL_LM else AutoModelForSequenceClassification
+    extra: dict[str, Any] = {}
+    if num_labels and folder.task == CLASSIFIER:
+        extra["num_labels"] = num_labels
+    # eager attention: the same math, and torch.func can trace it (per-sample gradients)
+    options = {"attn_implementation": "eager", "dtype": torch.float32}
+    try:
+        with _quiet():
+            if init == "scratch":
+                config = AutoConfig.from_pretrained(folder.path, local_files_only=True, **extra)
+                model, info = auto.from_config(config, **options), {}
+            else:
+                model, info = auto.from_pretrained(
+                    folder.path, local_files_only=True, output_loading_info=True,
+                    ignore_mismatched_sizes=not strict, **extra, **options,
+                )  # fmt: skip
+    except (OSError, ValueError, KeyError, RuntimeError, ImportError) as exc:
+        raise ConfigError(
+            f"transformers cannot load the {folder.architecture} in {folder.path}: "
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        ) from exc
+    missing = list(info.get("missing_keys") or []) + list(info.get("mismatched_keys") or [])
+    if strict and missing:
+        raise ConfigError(
+            f"the weights in {folder.path} lack {len(missing)} of the {folder.architecture}'s "
+            f"tensors (e.g. {', '.join(map(str, missing[:4]))}): the folder is not the trained "
+            f"model (a base checkpoint without its head?); save the model you trained with "
+            "model.save_pretrained(DIR)."
+        )
+    if folder.task == CLASSIFIER and getattr(model.config, "pad_token_id", None) is None:
+        model.config.pad_token_id = int(token_pad)  # decoders find the last token by it
+    wrapper = HFCausalLM if folder.task == CAUSAL_LM else HFClassifier
+    return wrapper(model, token_pad).eval()
+
+
+@register_model("hf")
+def hf(
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    folder: str = "",
+    folder_sha256: str = "",
+    init: str = "pretrained",
+    pad_id: int = 0,
+    task: str = CLASSIFIER,
+) -> nn.Module:
+    """A Hugging Face model from a save_pretrained ``folder``: its weights (``init:
+    pretrained``, e.g. the checkpoint a target was fine-tuned from; a classifier gets a new
+    head of ``num_classes`` when its width differs) or its config alone, freshly initialised
+    (``init: scratch``). ``pad_id`` is the tokenizer's padding id (inputs are feature ids, see
+    the module docstring). ``folder_sha256`` (:func:`folder_digest`; of config.json alone
+    for ``scratch``) pins the folder's content: part of the cache key, checked here."""
+    if init not in INITS or task not in TASKS:
+        raise ConfigError(f"hf init must be one of {', '.join(INITS)} and task one of "
+                          f"{', '.join(TASKS)}; got {init!r} and {task!r}.")
+    if not folder:
+        raise ConfigError("architecture 'hf' needs arch_params.folder (a save_pretrained folder).")
+    info = inspect_folder(folder, "arch_params.folder", weights=init == "pretrained",
+                          tokenizer=False, task=task)  # fmt: skip
+    if len(input_shape) != 1:
+        raise ConfigError(f"hf takes token ids (max_length,), got input_shape {input_shape}.")
+    if info.max_positions is not None and input_shape[0] > info.max_positions:
+        raise ConfigError(f"{info.path} takes at most {info.max_positions} tokens; the inputs "
+                          f"have {input_shape[0]} (lower max_length).")
+    if folder_sha256:
+        found = folder_digest(folder, weights=init == "pretrained")
+        if found != folder_sha256:
+            raise ConfigError(
+                f"the folder {info.path} changed since this recipe was made (sha256 {found[:12]}"
+                f" vs {folder_sha256[:12]}): models trained from it are not the ones recorded."
+            )
+    return load_folder_model(info, int(pad_id), int(num_classes), init, strict=False)
