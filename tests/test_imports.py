@@ -93,7 +93,7 @@ def test_the_package_has_no_import_cycle():
 
 def test_the_pipeline_is_a_package_of_one_way_stages():
     graph = import_graph()
-    stages = ["models", "bank", "evaluate", "checkpoints", "runner"]
+    stages = ["models", "canaries", "bank", "epsilon", "evaluate", "checkpoints", "runner"]
     for i, stage in enumerate(stages):
         later = {f"miaudit.pipeline.{s}" for s in stages[i + 1:]}
         assert not graph[f"miaudit.pipeline.{stage}"] & later, stage

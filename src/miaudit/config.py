@@ -78,6 +78,60 @@ class MetricsConfig:
     bootstrap: int = 200
     confidence: float = 0.95
     recalls: list[float] = field(default_factory=lambda: [0.5, 0.9])
+    # ε lower bounds (docs/algorithms.md §16): δ when the target makes no DP claim of its own
+    # (a DP-SGD target is audited at its recipe's δ), and α = 1 - the bounds' confidence
+    epsilon_delta: float = 1e-5
+    epsilon_alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        # checked here, not in _check_types: `miaudit audit` and the Python API build this
+        # section without a RunConfig
+        check_delta(self.epsilon_delta, "metrics.epsilon_delta")
+        check_alpha(self.epsilon_alpha, "metrics.epsilon_alpha")
+
+
+@dataclass
+class CanariesConfig:
+    """One-run auditing (Steinke, Nasr & Jagielski 2023): ``count`` canary rows outside the
+    audit, public and population pools, each in the target's training set with probability ½
+    (offline design only; references never train on them)."""
+
+    count: int = 0  # m canaries; 0: off
+    kind: str = "mislabelled"  # mislabelled | natural (miaudit.canaries registry)
+    # {k_plus, k_minus} (counts or fractions of count), or a list of such candidates, each
+    # evaluated at alpha / len(list); None: a tenth of the canaries each way
+    guesses: dict[str, Any] | list[dict[str, Any]] | None = None
+    alpha: float = 0.05
+    delta: float | None = None  # None: the target's DP δ, else metrics.epsilon_delta
+
+    def __post_init__(self) -> None:
+        check_alpha(self.alpha, "canaries.alpha")
+        if self.delta is not None:
+            check_delta(self.delta, "canaries.delta")
+
+
+def _real(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        # YAML 1.1 reads 1e-5 (no dot) as a string
+        hint = " (YAML reads 1e-5 as text: write 1.0e-5)" if isinstance(value, str) else ""
+        raise ConfigError(f"{name} must be a number; got {value!r}{hint}.")
+    return float(value)
+
+
+def check_delta(value: Any, name: str) -> float:
+    """δ of an ε lower bound: a number in [0, 1)."""
+    if not 0.0 <= _real(value, name) < 1.0:
+        raise ConfigError(f"{name} must lie in [0, 1) (the δ of the (ε, δ)-DP claim audited, "
+                          f"e.g. 1e-5; 0 for pure ε-DP); got {value!r}.")
+    return float(value)
+
+
+def check_alpha(value: Any, name: str) -> float:
+    """α of an ε lower bound (it holds with probability 1 - α): a number in (0, 1)."""
+    if not 0.0 < _real(value, name) < 1.0:
+        raise ConfigError(f"{name} must lie in (0, 1): one minus the bounds' confidence "
+                          f"(0.05 for 95 %); got {value!r}.")
+    return float(value)
 
 
 @dataclass
@@ -102,6 +156,7 @@ class RunConfig:
     attacks: list[str] = field(default_factory=lambda: list(DEFAULT_ATTACKS))
     attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    canaries: CanariesConfig = field(default_factory=CanariesConfig)
     device: str = "auto"  # auto | cpu | cuda
     output: str | None = None  # run directory; default runs/<name>
     cache_dir: str | None = None  # model cache; default $MIAUDIT_CACHE_DIR or ~/.cache/miaudit
@@ -117,6 +172,7 @@ _NESTED = {
     "metrics": MetricsConfig,
     "forgetting": ForgettingConfig,
     "checkpoints": CheckpointsConfig,
+    "canaries": CanariesConfig,
 }
 
 
@@ -165,6 +221,7 @@ def _check_types(cfg: RunConfig) -> None:
     need(cfg.design in design_names(),
          f"design must be one of {', '.join(design_names())}; got {cfg.design!r}.")
     _check_split_members(cfg)
+    _check_canaries(cfg)
     from miaudit.models.text import TOKENIZERS
 
     need(cfg.dataset.tokenizer in TOKENIZERS,
@@ -215,6 +272,30 @@ def _check_split_members(cfg: RunConfig) -> None:
         raise ConfigError(f"split.members ({members}) must be smaller than split.audit "
                           f"({audit}): the audit rows the target does not train on are the "
                           "non-members.")
+
+
+def _check_canaries(cfg: RunConfig) -> None:
+    """``canaries``: a count >= 0, a registered kind, guesses that fit the count, and a design
+    that supports them (whether m can certify ε > 0 at all is checked with the recipe's δ in
+    miaudit.pipeline.canaries, before training)."""
+    from miaudit.canaries import canary_kind, resolve_guesses
+    from miaudit.protocol import supports_canaries
+
+    if cfg.canaries is None:  # `canaries:` left empty in the YAML
+        cfg.canaries = CanariesConfig()
+    count = cfg.canaries.count
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ConfigError(f"canaries.count must be an integer >= 0 (0: no canaries); "
+                          f"got {count!r}.")
+    canary_kind(cfg.canaries.kind)
+    if count == 0:
+        return
+    resolve_guesses(cfg.canaries.guesses, count)
+    if not supports_canaries(cfg.design):
+        raise ConfigError(
+            f"canaries need design: offline (the target alone trains on a random half of "
+            f"them; references never do); the {cfg.design} design is not supported yet."
+        )
 
 
 def _suggest(word: str, choices: list[str]) -> str:

@@ -5,7 +5,9 @@ Every dataset row used by a run has exactly one role:
 - audit pool: the samples scored and evaluated (target members and non-members);
 - public pool: attacker-owned data that reference and shadow models train on (never evaluated;
   thresholds and scorers are fitted here);
-- population: attacker-owned data no model trains on (RMIA's z samples; never evaluated).
+- population: attacker-owned data no model trains on (RMIA's z samples; never evaluated);
+- canaries (optional, ``canaries.count``): rows for one-run auditing, each in the target's
+  training set with probability ½ and in no reference's (never evaluated as audit samples).
 
 Membership designs, registered by name (:func:`register_design`; ``design:`` in a run config):
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,11 +49,12 @@ class Split:
     audit: np.ndarray
     public: np.ndarray
     population: np.ndarray
+    canaries: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def rows(self) -> np.ndarray:
-        """Dataset rows of the bank, in bank order: audit, then public, then population."""
-        return np.concatenate([self.audit, self.public, self.population])
+        """Dataset rows of the bank, in bank order: audit, public, population, canaries."""
+        return np.concatenate([self.audit, self.public, self.population, self.canaries])
 
 
 @dataclass(frozen=True)
@@ -68,15 +71,29 @@ class Design:
     def n_models(self) -> int:
         return self.membership.shape[0]
 
-    def audit_mask(self) -> np.ndarray:
+    def _mask(self, start: int, size: int) -> np.ndarray:
         mask = np.zeros(self.membership.shape[1], dtype=bool)
-        mask[: self.split.audit.size] = True
+        mask[start : start + size] = True
         return mask
 
+    def audit_mask(self) -> np.ndarray:
+        return self._mask(0, self.split.audit.size)
+
+    def public_mask(self) -> np.ndarray:
+        return self._mask(self.split.audit.size, self.split.public.size)
+
     def population_mask(self) -> np.ndarray:
-        mask = np.zeros(self.membership.shape[1], dtype=bool)
-        mask[self.split.audit.size + self.split.public.size :] = True
-        return mask
+        s = self.split
+        return self._mask(s.audit.size + s.public.size, s.population.size)
+
+    def canary_mask(self) -> np.ndarray:
+        """bool [N]: the canary rows of the bank (the last ``split.canaries.size``)."""
+        s = self.split
+        return self._mask(s.audit.size + s.public.size + s.population.size, s.canaries.size)
+
+    def canary_included(self) -> np.ndarray:
+        """bool [m]: whether each canary is in the target's training set."""
+        return self.membership[self.target][self.canary_mask()]
 
     def training_rows(self, model: int) -> np.ndarray:
         """Dataset row indices model `model` trains on (sorted)."""
@@ -89,7 +106,8 @@ class Design:
         rows = self.split.rows
         return assemble_bank(signals, np.asarray(labels)[rows], self.membership,
                              self.audit_mask(), self.population_mask(),
-                             None if texts is None else np.asarray(texts)[rows])
+                             None if texts is None else np.asarray(texts)[rows],
+                             canary=self.canary_mask() if self.split.canaries.size else None)
 
 
 def _resolve_size(value: float | int, total: int, name: str) -> int:
@@ -108,8 +126,11 @@ def make_split(
     public: float | int,
     population: float | int,
     seed: int,
+    canaries: int = 0,
 ) -> Split:
-    """Seeded disjoint split of `n_rows` dataset rows into the three roles."""
+    """Seeded disjoint split of `n_rows` dataset rows into the three roles, and `canaries`
+    rows outside them. The three pools do not depend on `canaries`: the canaries are the next
+    rows of the same seeded order."""
     sizes = {
         "audit": _resolve_size(audit, n_rows, "audit"),
         "public": _resolve_size(public, n_rows, "public"),
@@ -122,12 +143,22 @@ def make_split(
         )
     if sizes["audit"] < 2:
         raise ConfigError("split.audit must hold at least 2 samples (members and non-members).")
+    used = sum(sizes.values())
+    if canaries > n_rows - used:
+        raise ConfigError(
+            f"canaries.count asks for {canaries} rows outside the audit, public and population "
+            f"pools, but the dataset has {n_rows} rows and the pools take {used} "
+            f"(audit {sizes['audit']}, public {sizes['public']}, population "
+            f"{sizes['population']}): {n_rows - used} rows are free. Lower the split sizes "
+            "(e.g. split.population) or canaries.count."
+        )
     order = np.random.default_rng([seed, 1]).permutation(n_rows)
     a, p = sizes["audit"], sizes["public"]
     return Split(
         audit=order[:a],
         public=order[a : a + p],
-        population=order[a + p : a + p + sizes["population"]],
+        population=order[a + p : used],
+        canaries=order[used : used + canaries],
     )
 
 
@@ -171,23 +202,27 @@ def _random_subsets(n_models: int, n_samples: int, size: int, rng: np.random.Gen
 @dataclass(frozen=True)
 class DesignSpec:
     """A registered membership design: ``draw(split, n_models, target, members, seed)``
-    returns the membership bool [M, len(split.rows)] and notes for the run's warnings."""
+    returns the membership bool [M, len(split.rows)] (canary columns all OUT) and notes for
+    the run's warnings. ``canaries``: whether the design's references leave the canaries out,
+    so that the target alone may train on them (one-run auditing)."""
 
     name: str
     description: str
     draw: Callable[..., tuple[np.ndarray, list[str]]]
+    canaries: bool = False
 
 
 _DESIGNS: dict[str, DesignSpec] = {}
 
 
-def register_design(name: str, description: str) -> Callable[[Callable], Callable]:
+def register_design(name: str, description: str, canaries: bool = False
+                    ) -> Callable[[Callable], Callable]:  # fmt: skip
     """Register a membership design under ``name`` (run configs name it in ``design:``)."""
 
     def decorate(draw: Callable) -> Callable:
         if name in _DESIGNS:
             raise ValueError(f"design {name!r} is already registered")
-        _DESIGNS[name] = DesignSpec(name, description, draw)
+        _DESIGNS[name] = DesignSpec(name, description, draw, canaries)
         return draw
 
     return decorate
@@ -195,6 +230,20 @@ def register_design(name: str, description: str) -> Callable[[Callable], Callabl
 
 def design_names() -> list[str]:
     return list(_DESIGNS)
+
+
+def supports_canaries(kind: str) -> bool:
+    """Whether the registered design ``kind`` can hold canaries (False for an unknown one)."""
+    return kind in _DESIGNS and _DESIGNS[kind].canaries
+
+
+def include_canaries(membership: np.ndarray, split: Split, target: int, seed: int) -> None:
+    """Put each canary in the target's training set independently with probability ½
+    (seeded, its own stream: the pools' draws stay as they were without canaries)."""
+    m = split.canaries.size
+    start = split.rows.size - m
+    rng = np.random.default_rng([seed, 3])
+    membership[target, start:] = rng.random(m) < 0.5
 
 
 def make_design(
@@ -217,7 +266,14 @@ def make_design(
         raise ConfigError(f"split.members sets the target's training rows of the offline design; "
                           f"the {kind} design trains every model on half of every sample: "
                           "remove split.members or use design: offline.")
+    if split.canaries.size and not _DESIGNS[kind].canaries:
+        raise ConfigError(
+            f"canaries need design: offline (the target alone trains on a random half of them; "
+            f"references never do); the {kind} design is not supported yet."
+        )
     membership, notes = _DESIGNS[kind].draw(split, n_models, target, members, seed)
+    if split.canaries.size:
+        include_canaries(membership, split, target, seed)
     for note in notes:
         log.warning(note)
     return Design(split=split, membership=membership, kind=kind, target=target,
@@ -237,7 +293,8 @@ def _online(split: Split, n_models: int, target: int, members: Any, seed: int
 
 
 @register_design("offline", "the target on a random half (or split.members) of the audit "
-                            "pool, each reference on its own random subset of the public pool")
+                            "pool, each reference on its own random subset of the public pool",
+                 canaries=True)
 def _offline(split: Split, n_models: int, target: int, members: float | int | None, seed: int
              ) -> tuple[np.ndarray, list[str]]:
     rng = np.random.default_rng([seed, 2])

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from miaudit.epsilon_results import EPSILON_KEYS, EPSILON_TYPES, OneRunEpsilon, ThresholdEpsilon
+
 if TYPE_CHECKING:  # pandas is imported only by to_frame: `import miaudit` stays cheap
     import pandas as pd
 
@@ -106,6 +108,10 @@ class AttackMetrics:
     precision_at_recall: tuple[PrecisionAtRecall, ...] = ()
     balanced_accuracy: float | None = None  # at `threshold`, chosen on public data only
     threshold: float | None = None
+    # ε lower bounds (miaudit.epsilon_results; None: the dict has none, e.g. from evaluate)
+    epsilon_lower_bound: ThresholdEpsilon | None = None
+    canary_epsilon_lower_bound: ThresholdEpsilon | None = None
+    one_run: OneRunEpsilon | None = None
 
     @classmethod
     def from_dict(cls, metrics: dict[str, Any]) -> AttackMetrics:
@@ -140,6 +146,8 @@ class AttackMetrics:
             ),
             balanced_accuracy=None if bal is None else float(bal),
             threshold=None if threshold is None else float(threshold),
+            **{key: EPSILON_TYPES[key].from_dict(metrics[key]) for key in EPSILON_KEYS
+               if metrics.get(key) is not None},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,6 +171,8 @@ class AttackMetrics:
                                     for p in self.precision_at_recall},
             "balanced_accuracy": self.balanced_accuracy,
             "threshold": self.threshold,
+            **{key: getattr(self, key).to_dict() for key in EPSILON_KEYS
+               if getattr(self, key) is not None},
         }
 
     def tpr_at(self, fpr: float | str) -> TPRAtFPR:
@@ -285,7 +295,9 @@ class AuditResult:
         elsewhere). Metrics, per attack in this order: ``auc``; ``tpr`` at each FPR;
         ``balanced_accuracy`` and ``threshold`` (NaN when no public-data threshold could be
         chosen); ``precision`` at each recall; ``n_members``, ``n_nonmembers``,
-        ``n_unscorable``; then the recorded cost as ``cost.models``,
+        ``n_unscorable``; the ε lower bounds the run computed (``epsilon_lower_bound``, and
+        with canaries ``canary_epsilon_lower_bound`` and ``one_run``; NaN when that attack
+        has none, the reason in metrics.json); then the recorded cost as ``cost.models``,
         ``cost.queries_per_sample``, ``cost.train_seconds``, ``cost.score_seconds``,
         ``cost.threshold_seconds``. Values are the metrics dict's own numbers (missing ones
         NaN). Attacks keep the result's order (:func:`miaudit.strongest` / :func:`miaudit.ranked`
@@ -322,6 +334,9 @@ class AuditResult:
                 add(name, "precision", p.precision, recall=p.recall)
             for count in ("n_members", "n_nonmembers", "n_unscorable"):
                 add(name, count, getattr(m, count))
+            for key in EPSILON_KEYS:
+                if getattr(m, key) is not None:
+                    add(name, key, getattr(m, key).epsilon)
             cost = outcome.cost_summary
             for key in ("models", "queries_per_sample", "train_seconds", "score_seconds",
                         "threshold_seconds"):

@@ -79,6 +79,25 @@ def test_population_members_and_overlaps_are_rejected():
         SignalBank(**arrays, population=population, audit=np.ones(20, bool))
 
 
+def test_the_canary_mask_travels_and_is_its_own_rows(tmp_path):
+    arrays = _arrays()
+    canary = np.zeros(20, bool)
+    canary[-5:] = True
+    bank = SignalBank(**arrays, canary=canary)  # audit defaults to the non-canary rows
+    np.testing.assert_array_equal(bank.audit, ~canary)
+    again = SignalBank.load(bank.save(tmp_path / "bank.npz"))
+    np.testing.assert_array_equal(again.canary, canary)
+    np.testing.assert_array_equal(again.audit, ~canary)
+    plain = SignalBank.load(SignalBank(**_arrays()).save(tmp_path / "plain.npz"))
+    assert plain.canary is None  # a bank without canaries saves no mask
+    with np.load(tmp_path / "plain.npz") as data:
+        assert "canary" not in data.files
+    with pytest.raises(BankError, match="both canary and audit"):
+        SignalBank(**arrays, canary=canary, audit=np.ones(20, bool))
+    with pytest.raises(BankError, match="canary must be a boolean mask of shape"):
+        SignalBank(**arrays, canary=canary[:5])
+
+
 def test_corrupt_or_incomplete_files(tmp_path):
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip")

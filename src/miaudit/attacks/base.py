@@ -43,6 +43,9 @@ class TargetView:
         self.labels = bank.labels
         self.population = bank.population
         self.audit = bank.audit
+        # one-run auditing's canaries (the auditor's rows, not the attacker's public data)
+        self.canary = (np.zeros(bank.n_samples, dtype=bool) if bank.canary is None
+                       else bank.canary)
         self.n_samples = bank.n_samples
         self.n_queries = bank.n_queries
         self.n_classes = bank.n_classes

@@ -15,6 +15,7 @@ from miaudit.config import RunConfig
 from miaudit.data import Dataset, load_dataset
 from miaudit.devices import resolve_device
 from miaudit.errors import ConfigError
+from miaudit.pipeline.canaries import check_canaries, target_dataset
 from miaudit.pipeline.models import forgetting_models, resolve_recipes, train_design
 from miaudit.protocol import Design, make_design, make_split
 from miaudit.signals import SignalBank
@@ -49,7 +50,7 @@ class BuiltBank:
 
     bank: SignalBank
     design: Design
-    dataset: Dataset
+    dataset: Dataset  # as the target trained on it (with the canaries' labels) and the bank
     models: list[TrainedModel]
     queries: list[str]
     trained: int = 0
@@ -58,16 +59,19 @@ class BuiltBank:
     forgetting_bank: SignalBank | None = None  # the target + its forgetting copies
     info: dict[str, Any] = field(default_factory=dict)
     texts: np.ndarray | None = None  # a text dataset's texts (the bank records their sizes)
+    original: Dataset | None = None  # the dataset as loaded, when canaries relabelled it
 
 
 def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     """Train or load every model of the design and query them into a bank."""
     device = resolve_device(cfg.device)
+    check_canaries(cfg)  # a design that can never certify ε > 0 fails before any work
     dataset = load_dataset(cfg.dataset.name, cfg.dataset.data_dir, **cfg.dataset.options)
     notes, texts = [], None
     check_lm_recipes(cfg, dataset.kind)
     split = make_split(
-        len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed
+        len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed,
+        canaries=cfg.canaries.count,
     )
     if dataset.kind == "text":  # text models train and are queried on token ids
         from miaudit.models.text import check_vocabulary, run_tokenizer, tokenized_dataset
@@ -81,8 +85,9 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
         check_vocabulary(dataset.features, [recipes.target, recipes.reference])
     design = make_design(split, cfg.models, cfg.design, cfg.seed, cfg.target, cfg.split.members)
     cache = ModelCache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
+    original, dataset = dataset, target_dataset(dataset, design, cfg)
     start = time.perf_counter()
-    models = train_design(cfg, dataset, design, cache, device, progress)
+    models = train_design(cfg, original, design, cache, device, progress, target_dataset=dataset)
     copies = forgetting_models(cfg, dataset, design, models[design.target], cache, device)
     train_wall = time.perf_counter() - start
     queries = cfg.signals.queries or default_queries(dataset.kind, cfg.attacks)
@@ -93,6 +98,7 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
         bank=bank, design=design, dataset=dataset, models=models, queries=list(queries),
         trained=cache.stats.misses, reused=cache.stats.hits, forgetting=copies,
         forgetting_bank=forgetting_bank, texts=texts,
+        original=original if original is not dataset else None,
         info={"query_seconds": time.perf_counter() - start, "device": device,
               "train_wall_seconds": train_wall, "notes": notes},
     )
@@ -145,11 +151,11 @@ def query_bank(
     forgetting_bank = None
     if copies:
         # target first, then its copies: OUT for every audit sample, IN on the public pool
-        public = ~design.audit_mask() & ~design.population_mask()
+        public = design.public_mask()
         membership = np.vstack([design.membership[[design.target]],
                                 np.repeat(public[None], len(copies), axis=0)])
         forgetting_bank = assemble_bank(
             signals.take([design.target, *range(n, len(everyone))]), bank.labels, membership,
-            bank.audit, bank.population,
+            bank.audit, bank.population, canary=bank.canary,
         )
     return bank, forgetting_bank

@@ -1,5 +1,6 @@
 """Stage 2 of a run: every attack scored on a bank for one target and evaluated on the audit
-samples (thresholds for balanced accuracy chosen on public data only)."""
+samples (thresholds for balanced accuracy chosen on public data only), with its ε lower bounds
+(:mod:`miaudit.pipeline.epsilon`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import numpy as np
 
 from miaudit import metrics
 from miaudit.attacks import TargetView, get_attack, run_attack
-from miaudit.config import MetricsConfig
+from miaudit.config import CanariesConfig, MetricsConfig
 from miaudit.errors import AttackError
+from miaudit.pipeline.epsilon import EpsilonPlan, privacy_audit
 from miaudit.progress import progress_bar
 from miaudit.results import AttackOutcome, AuditResult
 from miaudit.signals import SignalBank
@@ -21,32 +23,40 @@ def model_accuracies(bank: SignalBank) -> list[dict[str, Any]]:
     """Each model's train accuracy (on its members) and test accuracy (on the bank samples it
     did not train on, population included), from query 0 of the bank. A sequence bank (causal
     LMs) has no accuracies: each model's mean token loss (the mean over samples of -mean
-    log p per scored token) and its perplexity (exp of that loss), on members and non-members."""
+    log p per scored token) and its perplexity (exp of that loss), on members and non-members.
+    Canaries are left out: a mislabelled canary is no measure of accuracy."""
     if bank.has_sequences:
         return _lm_losses(bank)
     correct = bank.logits[:, :, 0, :].argmax(axis=-1) == bank.labels[None, :]
+    kept = _not_canaries(bank)
+    correct = correct[:, kept]
     rows = []
     for m in range(bank.n_models):
-        members = bank.membership[m]
+        members = bank.membership[m][kept]
         rows.append({
             "model": m,
-            "n_train": int(members.sum()),
+            "n_train": int(bank.membership[m].sum()),  # canaries included
             "train_acc": float(correct[m, members].mean()) if members.any() else None,
             "test_acc": float(correct[m, ~members].mean()) if (~members).any() else None,
         })
     return rows
 
 
+def _not_canaries(bank: SignalBank) -> np.ndarray:
+    return np.ones(bank.n_samples, dtype=bool) if bank.canary is None else ~bank.canary
+
+
 def _lm_losses(bank: SignalBank) -> list[dict[str, Any]]:
-    loss = -bank.sequence_loglik  # [M, N]: mean next-token loss of each sample's tokens
+    kept = _not_canaries(bank)
+    loss = -bank.sequence_loglik[:, kept]  # [M, N]: mean next-token loss of each sample's tokens
     rows = []
     for m in range(bank.n_models):
-        members = bank.membership[m]
+        members = bank.membership[m][kept]
         train = float(loss[m, members].mean()) if members.any() else None
         test = float(loss[m, ~members].mean()) if (~members).any() else None
         rows.append({
             "model": m,
-            "n_train": int(members.sum()),
+            "n_train": int(bank.membership[m].sum()),
             "train_loss": train,
             "test_loss": test,
             "train_ppl": None if train is None else float(np.exp(train)),
@@ -60,11 +70,11 @@ def public_threshold(name: str, view: TargetView, params: dict[str, Any]) -> flo
     public data only.
 
     A reference model plays the target (its own references exclude the real target); the
-    threshold maximising accuracy on its members/non-members among non-audit, non-population
-    samples is returned. None when no reference has such samples or the attack cannot run on
-    the smaller reference set.
+    threshold maximising accuracy on its members/non-members among non-audit, non-population,
+    non-canary samples is returned. None when no reference has such samples or the attack
+    cannot run on the smaller reference set.
     """
-    public = ~view.audit & ~view.population
+    public = ~view.audit & ~view.population & ~view.canary
     for r in range(view.n_references):
         known = view.reference_membership[r][public]
         if known.all() or not known.any():
@@ -92,12 +102,21 @@ def evaluate_bank(
     thresholds: bool = True,
     skip_unsupported: bool = False,
     progress: bool = True,
+    *,
+    target_privacy: dict[str, Any] | None = None,
+    canaries: CanariesConfig | None = None,
 ) -> AuditResult:
     """Score every attack for `target` and evaluate it on the bank's audit samples.
 
     With `skip_unsupported`, attacks the bank cannot support (no references, no channel, ...)
     are listed in `meta["skipped"]` with the reason instead of failing the whole run.
     `progress`: a bar over the attacks, naming the one running (see :mod:`miaudit.progress`).
+
+    Each attack's metrics get its ε lower bounds (docs/algorithms.md §16): the threshold bound
+    on the audit samples at the δ of `target_privacy` (a DP-SGD target's privacy record, the
+    claim audited; else ``metrics.epsilon_delta``), and on a bank with canaries the one-run
+    and threshold bounds on them (`canaries`: guesses, α, δ; default CanariesConfig()).
+    `meta["privacy_audit"]` names the best bound, Bonferroni-corrected over all of them.
     """
     metric_cfg = metric_cfg or MetricsConfig()
     attack_params = attack_params or {}
@@ -111,6 +130,7 @@ def evaluate_bank(
             "samples; evaluation needs both members and non-members. Check the membership "
             "matrix and the audit mask."
         )
+    plan = EpsilonPlan.of(bank, target, metric_cfg, seed, target_privacy, canaries)
     outcomes = []
     skipped: dict[str, str] = {}
     # No rate or time left: it would be redrawn only between attacks, so stale while a
@@ -137,6 +157,7 @@ def evaluate_bank(
             confidence=metric_cfg.confidence, seed=seed, threshold=threshold,
             recalls=metric_cfg.recalls,
         )
+        metric.update(plan.bounds(result.scores))
         uses_references = any(
             (spec.needs.out_references, spec.needs.in_references, spec.needs.shadows)
         )
@@ -154,5 +175,6 @@ def evaluate_bank(
         outcomes.append(AttackOutcome(name=name, scores=scores, metrics=metric, cost=cost))
     return AuditResult(
         indices=np.nonzero(bank.audit)[0], members=members, outcomes=outcomes,
-        meta={"target": target, "models": model_accuracies(bank), "skipped": skipped},
+        meta={"target": target, "models": model_accuracies(bank), "skipped": skipped,
+              "privacy_audit": privacy_audit(outcomes, plan.settings())},
     )

@@ -60,31 +60,36 @@ def checkpoint_spec(cfg: RunConfig) -> CheckpointSpec | None:
 
 def train_design(
     cfg: RunConfig, dataset: Dataset, design: Design, cache: ModelCache, device: str,
-    progress: bool,
+    progress: bool, target_dataset: Dataset | None = None,
 ) -> list[TrainedModel]:  # fmt: skip
-    """Every model of the design, from the cache or trained (models sharing a recipe train
-    together, stacked where the trainer can), each with its checkpoints when the config keeps
-    some (target and references at the same positions)."""
+    """Every model of the design, from the cache or trained (models sharing a recipe and a
+    dataset train together, stacked where the trainer can), each with its checkpoints when the
+    config keeps some (target and references at the same positions). `target_dataset`: what
+    the target trains on when it differs from `dataset` (canaries' labels; its fingerprint
+    makes the target's cache key)."""
     recipes = resolve_recipes(cfg)
     spec = checkpoint_spec(cfg)
     seeds = [cfg.seed * 10_000 + m for m in range(design.n_models)]
     models: list[TrainedModel | None] = [None] * design.n_models
     others = [m for m in range(design.n_models) if m != design.target]
-    if recipes.target == recipes.reference:  # one call: all models can train stacked together
-        plan = [(recipes.target, [design.target, *others])]
+    target_data = target_dataset or dataset
+    if recipes.target == recipes.reference and target_data is dataset:
+        # one call: all models can train stacked together
+        plan = [(recipes.target, dataset, [design.target, *others])]
     else:
-        plan = [(recipes.target, [design.target]), (recipes.reference, others)]
-    for recipe, members in plan:
+        plan = [(recipes.target, target_data, [design.target]),
+                (recipes.reference, dataset, others)]
+    for recipe, data, members in plan:
         if not members:
             continue
         trained = cache.get_or_train_many(
-            dataset.fingerprint(),
+            data.fingerprint(),
             [(design.training_rows(m), seeds[m]) for m in members],
             recipe,
             device,
-            features=dataset.features,
-            labels=dataset.labels,
-            num_classes=dataset.num_classes,
+            features=data.features,
+            labels=data.labels,
+            num_classes=data.num_classes,
             progress=progress,
             checkpoints=spec,
         )

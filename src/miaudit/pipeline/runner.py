@@ -13,7 +13,9 @@ from miaudit.attacks import get_attack
 from miaudit.config import RunConfig, dump_config
 from miaudit.io import StagedRunDir, write_text
 from miaudit.pipeline.bank import BuiltBank, build_bank
+from miaudit.pipeline.canaries import canaries_csv, check_canaries
 from miaudit.pipeline.checkpoints import audit_checkpoints, checkpoints_table
+from miaudit.pipeline.epsilon import privacy_audit
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.pipeline.models import resolve_recipes
 from miaudit.report import format_table, write_report
@@ -31,11 +33,12 @@ def _forgetting_outcomes(cfg: RunConfig, built: BuiltBank) -> list[AttackOutcome
     names = [a for a in cfg.attacks if get_attack(a).family == "calibration"]
     if built.forgetting_bank is None or not names:
         return []
-    seconds = [built.models[built.design.target].train_seconds]
-    seconds += [tm.train_seconds for tm in built.forgetting]
+    target = built.models[built.design.target]
+    seconds = [target.train_seconds, *(tm.train_seconds for tm in built.forgetting)]
     result = evaluate_bank(
         built.forgetting_bank, 0, names, cfg.attack_params, cfg.metrics, cfg.seed,
-        train_seconds=seconds, skip_unsupported=True,
+        train_seconds=seconds, skip_unsupported=True, target_privacy=target.privacy,
+        canaries=cfg.canaries,
     )
     for outcome in result.outcomes:
         outcome.name = f"{outcome.name}.forgetting"
@@ -51,6 +54,7 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
     for name in cfg.attacks:
         get_attack(name)
     resolve_recipes(cfg)  # a bad recipe field fails before the dataset loads
+    check_canaries(cfg)  # so do canaries that could never certify ε > 0
     out = run_dir_for(cfg)
     with StagedRunDir(out) as stage:
         result, checkpoints = _run_into(cfg, stage, progress)
@@ -73,11 +77,21 @@ def _run_into(
     torch.manual_seed(cfg.seed)
     built = build_bank(cfg, progress)
     built.bank.save(out / "bank.npz")
+    target = built.models[built.design.target]
     result = evaluate_bank(
         built.bank, built.design.target, cfg.attacks, cfg.attack_params, cfg.metrics, cfg.seed,
         train_seconds=[tm.train_seconds for tm in built.models], progress=progress,
+        target_privacy=target.privacy, canaries=cfg.canaries,
     )
     result.outcomes += _forgetting_outcomes(cfg, built)
+    # the best bound again, over the forgetting outcomes' bounds too (Bonferroni over all)
+    result.meta["privacy_audit"] = privacy_audit(result.outcomes, result.meta["privacy_audit"])
+    written = ["config.yaml", "bank.npz"]
+    if built.design.split.canaries.size:
+        result.meta["privacy_audit"]["canaries"]["kind"] = cfg.canaries.kind
+        write_text(out / "canaries.csv",
+                   canaries_csv(built.design, built.dataset, built.original or built.dataset))
+        written.append("canaries.csv")
     result.meta.update({
         "recipes": resolve_recipes(cfg).describe(),
         "run": cfg.name,
@@ -97,7 +111,7 @@ def _run_into(
         # what training them took originally (cached models keep their recorded seconds)
         "train_seconds_original": round(
             sum(tm.train_seconds for tm in [*built.models, *built.forgetting]), 1),
-        "target_privacy": getattr(built.models[built.design.target], "privacy", None),
+        "target_privacy": getattr(target, "privacy", None),
         "device": built.info["device"],
         "seconds": round(time.perf_counter() - start, 1),
         "config": cfg.to_dict(),
@@ -111,7 +125,6 @@ def _run_into(
         result.meta["warnings"] = [*(result.meta.get("warnings") or []), *notes]
     result.rows = built.design.split.rows[result.indices]  # the report names dataset rows
     figure = calibration_figure(result)
-    written = ["config.yaml", "bank.npz"]
     if checkpoints:
         written += ["checkpoints.json", "checkpoints.md", "checkpoints"]
     write_report(result, out, extra_figures={"calibration": figure} if figure else None,

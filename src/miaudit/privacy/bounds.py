@@ -30,6 +30,7 @@ __all__ = [
     "EpsilonBound",
     "clopper_pearson_upper",
     "epsilon_array",
+    "epsilon_from_rates",
     "epsilon_from_counts",
     "choose_threshold",
     "epsilon_lower_bound",
@@ -96,6 +97,14 @@ def epsilon_array(fp: ArrayLike, n0: ArrayLike, fn: ArrayLike, n1: ArrayLike,
     delta, alpha = check_delta(delta), check_alpha(alpha)
     fpr_up = np.asarray(clopper_pearson_upper(fp, n0, 1.0 - alpha / 2))
     fnr_up = np.asarray(clopper_pearson_upper(fn, n1, 1.0 - alpha / 2))
+    return epsilon_from_rates(fpr_up, fnr_up, delta)
+
+
+def epsilon_from_rates(fpr_upper: ArrayLike, fnr_upper: ArrayLike, delta: float) -> np.ndarray:
+    """The bound's formula on upper bounds of the two error rates (already at their level):
+    max(0, log((1 − δ − FNR⁺)/FPR⁺), log((1 − δ − FPR⁺)/FNR⁺)). For callers that tabulate
+    the Clopper–Pearson bounds once and evaluate many thresholds (a run's attacks)."""
+    fpr_up, fnr_up = np.asarray(fpr_upper), np.asarray(fnr_upper)
     return np.maximum(_log_ratio(1.0 - delta - fnr_up, fpr_up),
                       _log_ratio(1.0 - delta - fpr_up, fnr_up))
 

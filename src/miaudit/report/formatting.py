@@ -37,6 +37,14 @@ def fmt_auc(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def fmt_epsilon(value: float | None) -> str:
+    """An ε (a lower bound or a claim), 3 significant digits: 0.0311, 1.82, 0; '-' when
+    missing."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:.3g}"
+
+
 def fmt_ci(ci: Any, fmt: Callable[[float], str]) -> str:
     """' [low, high]' in ``fmt``, or '' when there is no interval."""
     if not ci or len(ci) != 2 or ci[0] is None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from miaudit.report.exposure import EXPOSURE_FIGURE, audit_sections, exposed_html
 from miaudit.report.formatting import fmt_auc, pct, rate
+from miaudit.report.privacy import privacy_line, privacy_section
 from miaudit.report.strength import ranked
 from miaudit.report.table import Table, build_table
 from miaudit.report.verdict import short_verdict
@@ -136,6 +137,17 @@ def _results_html(table: Table) -> str:
             + (f'<ul class="legend">{legend}</ul>' if legend else ""))
 
 
+def _privacy_html(result: AuditResult) -> str:
+    """The 'Privacy audit' section: the claimed ε and the best bound, a row per attack, the
+    legend; empty when the run computed no bound."""
+    section = privacy_section(result)
+    if section is None:
+        return ""
+    legend = "".join(f"<li>{escape(x)}</li>" for x in section.legend)
+    return (f"<h2>Privacy audit</h2><p>{escape(section.line)}</p>"
+            + _table(section.header, section.rows) + f'<ul class="legend">{legend}</ul>')
+
+
 def _models_html(models: Any) -> str:
     """Models and their accuracies: a table for dict-of-dicts / list-of-dicts, else YAML."""
     if isinstance(models, dict) and models and all(isinstance(v, dict) for v in models.values()):
@@ -173,7 +185,8 @@ def _meta_html(meta: dict[str, Any]) -> str:
     others = {
         k: v
         for k, v in meta.items()
-        if k not in ("models", "config", "warnings", "skipped", "verdict", "exposure")
+        if k not in ("models", "config", "warnings", "skipped", "verdict", "exposure",
+                     "privacy_audit")
         and not isinstance(v, _SCALARS)
     }
     if others:
@@ -242,6 +255,8 @@ def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
     body = [
         # the verdict comes first: how worried to be, before any table
         _verdict_html(verdict),
+        # the claimed ε beside the best empirical lower bound, right under the verdict
+        f"<p><b>{escape(privacy)}</b></p>" if (privacy := privacy_line(result)) else "",
         f"<h1>{escape(title)}</h1>",
         f'<p class="muted">{escape(subtitle)}</p>' if subtitle else "",
         f"<p>{n_total:,} audit samples ({n_members:,} members, {n_total - n_members:,} "
@@ -251,6 +266,7 @@ def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
         "<h2>What this means</h2>",
         _explanation(result, name_best="verdict" not in audit),  # the verdict names its own
         audit.get("verdict", ""),
+        _privacy_html(result),
         "<h2>Warnings</h2>",
         warn_html,
         "<h2>Figures</h2>",

@@ -8,6 +8,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from miaudit.report.formatting import fmt_auc, fmt_ci, pct_ci
+from miaudit.report.privacy import (
+    column_support,
+    epsilon_cell,
+    epsilon_legend,
+    missing_notes,
+    privacy_line,
+    privacy_section,
+    table_columns,
+)
 from miaudit.report.strength import MIN_EXPECTED_FP, expected_false_positives, n_nonmembers, ranked
 from miaudit.report.verdict import verdict_line
 from miaudit.results import AuditResult, rate_key
@@ -120,10 +129,12 @@ def build_table(result: AuditResult) -> Table:
         for key_, label in COST_COLUMNS
         if any(_cost(o.cost, key_) is not None for o in result.outcomes)
     ]
+    epsilons = table_columns(result)
     header = ["attack", "AUC [CI]"]
     header += [f"{fpr_label(k)} [CI]" for k in fprs]
-    header += ["bal.acc"] + [label for _, label in costs]
-    subheader = ["", "", *(_support_cell(result, k) for k in fprs)] + [""] * (1 + len(costs))
+    header += ["bal.acc"] + [label for _, label in epsilons] + [label for _, label in costs]
+    subheader = ["", "", *(_support_cell(result, k) for k in fprs), ""]
+    subheader += [column_support(result, k) for k, _ in epsilons] + [""] * len(costs)
     rows: list[list[str]] = []
     warnings: list[str] = []
     unscorable: list[str] = []
@@ -142,6 +153,7 @@ def build_table(result: AuditResult) -> Table:
             row.append(cell)
         bal = met.balanced_accuracy
         row.append("-" if bal is None else f"{bal:.3f}")
+        row += [epsilon_cell(outcome, k) for k, _ in epsilons]
         row += [_fmt_cost(label, _cost(outcome.cost, key_)) for key_, label in costs]
         rows.append(row)
         n_bad = met.n_unscorable or 0
@@ -153,8 +165,10 @@ def build_table(result: AuditResult) -> Table:
     skipped = (result.meta or {}).get("skipped") or {}
     if isinstance(skipped, dict):
         unscorable += [f"{name}: skipped ({reason})" for name, reason in skipped.items()]
-    notes = [f"{LOW_SUPPORT_MARK} {w}" for w in warnings] + unscorable
+    notes = [f"{LOW_SUPPORT_MARK} {w}" for w in warnings] + unscorable + missing_notes(result)
     legend = _order_legend(result, key) if result.outcomes else []
+    if epsilons:
+        legend.append(epsilon_legend([label for _, label in epsilons]))
     cached = cache_note(result.meta or {}) if any(lab == TRAIN_LABEL for _, lab in costs) else None
     legend += [cached] if cached else []
     return Table(header=header, rows=rows, notes=notes, legend=legend,
@@ -167,11 +181,36 @@ def format_table(result: AuditResult, *, verdict: bool = True) -> str:
     and its legend and footnotes below.
 
     Columns: attack | AUC [CI] | TPR@f [CI] for each reported FPR, with the expected false
-    positives it rests on below the header | bal.acc | cost columns (models, queries,
-    train s (orig.), score s) when any attack reports them. Rows: strongest attack first.
+    positives it rests on below the header | bal.acc | ε lb (and ε 1-run with canaries), with
+    their confidence and δ below the header | cost columns (models, queries, train s (orig.),
+    score s) when any attack reports them. Rows: strongest attack first. Below the verdict,
+    the privacy line (the claimed ε and the best lower bound); with canaries, the 'Privacy
+    audit' section at the end.
     """
     table = build_table(result)
-    lines = [table.header, *([table.subheader] if table.subheader else []), *table.rows]
+    out = []
+    if verdict:
+        out += [verdict_line(result)]
+        privacy = privacy_line(result)
+        out += [privacy, ""] if privacy else [""]
+    out += _fixed_width(table.header, table.subheader, table.rows)
+    if table.legend or table.notes:
+        out.append("")
+        out += table.legend + table.notes
+    section = privacy_section(result)
+    if section is not None and _has_canaries(result):  # the details matter with canaries
+        out += ["", "Privacy audit", *_fixed_width(section.header, [], section.rows), "",
+                *section.legend]
+    return "\n".join(out) + "\n"
+
+
+def _has_canaries(result: AuditResult) -> bool:
+    return bool(((result.meta or {}).get("privacy_audit") or {}).get("canaries"))
+
+
+def _fixed_width(header: list[str], subheader: list[str], rows: list[list[str]]) -> list[str]:
+    """The header, subheader, a rule and the rows, each column as wide as its widest cell."""
+    lines = [header, *([subheader] if subheader else []), *rows]
     widths = [max(len(cell) for cell in col) for col in zip(*lines, strict=True)]
 
     def line(cells: list[str]) -> str:
@@ -179,15 +218,7 @@ def format_table(result: AuditResult, *, verdict: bool = True) -> str:
         rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
         return "  ".join([first, *rest]).rstrip()
 
-    out = []
-    if verdict:
-
-        out += [verdict_line(result), ""]
-    out += [line(table.header)]
-    out += [line(table.subheader)] if table.subheader else []
+    out = [line(header)]
+    out += [line(subheader)] if subheader else []
     out += ["  ".join("-" * w for w in widths)]
-    out += [line(r) for r in table.rows]
-    if table.legend or table.notes:
-        out.append("")
-        out += table.legend + table.notes
-    return "\n".join(out) + "\n"
+    return out + [line(r) for r in rows]

@@ -23,6 +23,7 @@ from miaudit.errors import MiauditError
 from miaudit.io import atomic_open, write_json, write_text
 from miaudit.report.html import render_html, to_jsonable
 from miaudit.report.plots import figure_png, histograms_png, roc_png
+from miaudit.report.privacy import privacy_line
 from miaudit.report.table import cache_note
 from miaudit.report.verdict import short_verdict
 from miaudit.results import AuditResult
@@ -106,6 +107,8 @@ def summary_document(result: AuditResult) -> dict[str, Any]:
     full = meta.pop("verdict", None)  # `miaudit audit`'s release statement: keep it whole
     verdict = {**full, "line": line["line"]} if isinstance(full, dict) else line
     summary: dict[str, Any] = {"verdict": verdict, **meta}
+    if isinstance(meta.get("privacy_audit"), dict):  # the line the report prints, with it
+        summary["privacy_audit"] = {**meta["privacy_audit"], "line": privacy_line(result)}
     note = cache_note(meta)
     if note:
         summary["train_note"] = note

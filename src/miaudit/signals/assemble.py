@@ -231,18 +231,20 @@ def lm_signals(
 def assemble_bank(
     signals: Signals, labels: np.ndarray, membership: np.ndarray, audit: np.ndarray,
     population: np.ndarray, texts: Sequence[str] | None = None,
+    canary: np.ndarray | None = None,
 ) -> SignalBank:  # fmt: skip
     """The bank of ``signals`` under a membership design: ``labels`` [N] of the bank rows,
     ``membership`` bool [M, N], ``audit`` and ``population`` masks [N]; with the bank rows'
-    ``texts``, their sizes too (what the model-free ``blind`` baseline reads)."""
+    ``texts``, their sizes too (what the model-free ``blind`` baseline reads); ``canary``
+    [N] marks one-run auditing's canary rows (None: none)."""
     sizes = dict(zip(TEXT_KEYS, text_sizes(list(texts)), strict=True)) if texts is not None else {}
     seq: dict[str, Any] = {}
     if signals.has_sequences:  # the bank derives its logits (labels all 0: the true class)
         seq = {k: getattr(signals, k) for k in (*SEQUENCE_KEYS, "seq_lengths")}
         labels = None
     return SignalBank(logits=signals.logits, labels=labels, membership=membership,
-                      population=population, audit=audit, channels=dict(signals.channels),
-                      **sizes, **seq)
+                      population=population, audit=audit, canary=canary,
+                      channels=dict(signals.channels), **sizes, **seq)
 
 
 def require_channels(signals: Signals, spec: SignalSpec) -> None:

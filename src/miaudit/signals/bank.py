@@ -1,10 +1,11 @@
 """The signal bank: every model's logits on every sample, plus who trained on what.
 
 `bank.npz` is the interchange format (docs/algorithms.md §1): `logits [M,N,Q,C]`, `labels [N]`,
-`membership [M,N]`, optional `population [N]` and `audit [N]`. White-box channels (one float
-per model and sample, e.g. the per-sample gradient norm) travel as `channel_<name> [M,N]`;
-a channel `<name>_queries` beside one records the queries each model answered to compute it
-per sample (HopSkipJump's label queries), which the result table reports as the attack's cost.
+`membership [M,N]`, optional `population [N]`, `audit [N]` and `canary [N]` (one-run auditing's
+canaries: neither audit nor population). White-box channels (one float per model and sample,
+e.g. the per-sample gradient norm) travel as `channel_<name> [M,N]`; a channel
+`<name>_queries` beside one records the queries each model answered to compute it per sample
+(HopSkipJump's label queries), which the result table reports as the attack's cost.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ CHANNEL_PREFIX = "channel_"
 # each sample (HopSkipJump's label queries), read for the cost column.
 QUERIES_SUFFIX = "_queries"
 _REQUIRED_KEYS = ("logits", "labels", "membership")
-_OPTIONAL_KEYS = ("population", "audit")
+_OPTIONAL_KEYS = ("population", "audit", "canary")
 # Sequence arrays (causal LMs): [M, N, T] float32 per model, and per-sample [N] ints.
 SEQUENCE_KEYS = ("seq_token_logprob", "seq_mean_logprob", "seq_std_logprob")
 TEXT_KEYS = ("text_zlib_bytes", "text_chars")
@@ -45,6 +46,8 @@ class SignalBank:
     membership: np.ndarray  # bool [M, N]
     population: np.ndarray | None = None  # bool [N]: attacker-owned, never evaluated
     audit: np.ndarray | None = None  # bool [N]: the samples scored and evaluated
+    # bool [N] or None (no canaries): one-run auditing's canaries, neither audit nor population
+    canary: np.ndarray | None = None
     channels: dict[str, np.ndarray] = field(default_factory=dict)  # name -> float [M, N]
     # Sequence signals (docs/algorithms.md §15); positions >= seq_lengths[n] are padding.
     seq_token_logprob: np.ndarray | None = None  # float32 [M, N, T]: log p(x_{t+1} | x_<=t)
@@ -79,11 +82,14 @@ class SignalBank:
             self.population = np.zeros(n, dtype=bool)
         if self.audit is None and self.population is not None:
             self.audit = ~np.asarray(self.population, dtype=bool)
+            if self.canary is not None and np.shape(self.canary) == self.audit.shape:
+                self.audit &= ~np.asarray(self.canary, dtype=bool)
         validate_bank(self)
         self.labels = self.labels.astype(np.int64)
         self.membership = self.membership.astype(bool)
         self.population = np.asarray(self.population, dtype=bool)
         self.audit = np.asarray(self.audit, dtype=bool)
+        self.canary = None if self.canary is None else np.asarray(self.canary, dtype=bool)
         self.channels = {k: np.asarray(v, dtype=np.float64) for k, v in self.channels.items()}
         self._statistics = StatisticCache(self.logits, self.labels)
 
@@ -159,6 +165,8 @@ class SignalBank:
             "population": self.population,
             "audit": self.audit,
         }
+        if self.canary is not None:  # absent otherwise: a bank without canaries is unchanged
+            arrays["canary"] = self.canary
         if self._logits_derived:  # re-derived on load from the sequences
             del arrays["logits"], arrays["labels"]
         arrays.update({CHANNEL_PREFIX + k: v for k, v in self.channels.items()})
@@ -211,6 +219,7 @@ class SignalBank:
             membership=arrays["membership"],
             population=arrays.get("population"),
             audit=arrays.get("audit"),
+            canary=arrays.get("canary"),
             channels=channels,
             **{k: arrays.get(k) for k in _SEQUENCE_OPTIONAL},
         )
@@ -252,10 +261,17 @@ def validate_bank(bank: SignalBank) -> None:
             f"{int((~finite).sum())} logits are NaN or infinite (models {bad_models[:10]}); "
             "the model diverged or the export is broken — retrain or re-export those models."
         )
-    for name in ("population", "audit"):
+    for name in ("population", "audit", "canary"):
         mask = getattr(bank, name)
         if mask is not None and np.shape(mask) != (n,):
             raise BankError(f"{name} must be a boolean mask of shape [{n}]; got {np.shape(mask)}.")
+    if bank.canary is not None:
+        canary = np.asarray(bank.canary, dtype=bool)
+        for name in ("population", "audit"):
+            both = canary & np.asarray(getattr(bank, name), dtype=bool)
+            if both.any():
+                raise BankError(f"{int(both.sum())} samples are both canary and {name}; "
+                                "canaries are their own rows (one-run auditing).")
     population = np.asarray(bank.population, dtype=bool)
     audit = np.asarray(bank.audit, dtype=bool)
     if (population & audit).any():

@@ -1,0 +1,125 @@
+"""An attack's ε lower bounds, typed: the entries of its metrics dict (metrics.json) that
+:mod:`miaudit.pipeline.epsilon` writes (docs/algorithms.md §16).
+
+- ``epsilon_lower_bound``: the Clopper–Pearson threshold bound on the target's audit samples,
+  τ chosen on a seeded stratified half (the *selection* half), counted on the other;
+- ``canary_epsilon_lower_bound``: the same on the canaries (membership = inclusion);
+- ``one_run``: the one-run bound on the canaries (Steinke, Nasr & Jagielski 2023).
+
+Each is ``{**bound.to_dict(), ...what it rests on}``, or ``{"epsilon": None, "reason": ...}``
+when there is no bound. ``from_dict(d).to_dict() == d`` (same keys, order and values).
+The :mod:`miaudit.privacy` dataclasses are imported only when a bound is read: ``import
+miaudit`` stays free of scipy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from miaudit.privacy import EpsilonBound, OneRunBound
+
+# The metrics-dict keys (and to_frame's metric names), spelled here only, in the order
+# the pipeline writes them.
+EPSILON_LOWER_BOUND = "epsilon_lower_bound"
+CANARY_EPSILON_LOWER_BOUND = "canary_epsilon_lower_bound"
+ONE_RUN = "one_run"
+EPSILON_KEYS = (EPSILON_LOWER_BOUND, CANARY_EPSILON_LOWER_BOUND, ONE_RUN)
+
+
+def _fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    return {f.name: data[f.name] for f in dataclasses.fields(cls)}
+
+
+@dataclass(frozen=True)
+class ThresholdEpsilon:
+    """A threshold bound with the half that chose τ (``selection_*``: ``split_halves(flags,
+    selection_seed)[0]`` holds those samples; the bound's counts are the other half), or why
+    there is none (``reason``). ``unscorable``: NaN scores, counted as the lowest (-inf)."""
+
+    bound: EpsilonBound | None
+    selection_seed: int | None = None
+    selection_members: int | None = None
+    selection_nonmembers: int | None = None
+    unscorable: int = 0
+    reason: str | None = None
+
+    @property
+    def epsilon(self) -> float | None:
+        return None if self.bound is None else self.bound.epsilon
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ThresholdEpsilon:
+        if data.get("epsilon") is None:
+            return cls(None, reason=data.get("reason"))
+        from miaudit.privacy import EpsilonBound
+
+        chosen = data.get("selection") or {}
+        return cls(EpsilonBound(**_fields(EpsilonBound, data)),
+                   selection_seed=chosen.get("seed"),
+                   selection_members=chosen.get("n_members"),
+                   selection_nonmembers=chosen.get("n_nonmembers"),
+                   unscorable=int(data.get("unscorable") or 0))
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.bound is None:
+            return {"epsilon": None, "reason": self.reason}
+        return {**self.bound.to_dict(),
+                "selection": {"seed": self.selection_seed, "n_members": self.selection_members,
+                              "n_nonmembers": self.selection_nonmembers},
+                "unscorable": self.unscorable}
+
+
+@dataclass(frozen=True)
+class GuessCandidate:
+    """One (k₊, k₋) pair of ``canaries.guesses``: its correct guesses and its bound at the
+    candidates' shared α (both None: this pair cannot certify ε > 0 there)."""
+
+    k_plus: int
+    k_minus: int
+    correct: int | None
+    epsilon: float | None
+
+
+@dataclass(frozen=True)
+class OneRunEpsilon:
+    """The best candidate's one-run bound (its ``alpha`` is ``family_alpha`` / candidates:
+    Bonferroni, so the best holds at 1 − ``family_alpha``), every candidate, the canaries
+    included, or why there is no bound."""
+
+    bound: OneRunBound | None
+    candidates: tuple[GuessCandidate, ...] = ()
+    family_alpha: float | None = None
+    included: int | None = None
+    unscorable: int = 0
+    reason: str | None = None
+
+    @property
+    def epsilon(self) -> float | None:
+        return None if self.bound is None else self.bound.epsilon
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> OneRunEpsilon:
+        if data.get("epsilon") is None:
+            return cls(None, reason=data.get("reason"))
+        from miaudit.privacy import OneRunBound
+
+        return cls(OneRunBound(**_fields(OneRunBound, data)),
+                   candidates=tuple(GuessCandidate(**c) for c in data.get("candidates") or ()),
+                   family_alpha=data.get("family_alpha"), included=data.get("included"),
+                   unscorable=int(data.get("unscorable") or 0))
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.bound is None:
+            return {"epsilon": None, "reason": self.reason}
+        return {**self.bound.to_dict(), "family_alpha": self.family_alpha,
+                "candidates": [dataclasses.asdict(c) for c in self.candidates],
+                "included": self.included, "unscorable": self.unscorable}
+
+
+# How each key's dict is typed.
+EPSILON_TYPES: dict[str, type] = {EPSILON_LOWER_BOUND: ThresholdEpsilon,
+                                  CANARY_EPSILON_LOWER_BOUND: ThresholdEpsilon,
+                                  ONE_RUN: OneRunEpsilon}

@@ -1,0 +1,157 @@
+"""The privacy audit in a report (docs/algorithms.md §16): the target's claimed ε beside the
+best empirical lower bound, and per attack the bounds with what each rests on.
+
+Reads ``result.meta["privacy_audit"]`` (:func:`miaudit.pipeline.epsilon.privacy_audit`) and the
+attacks' metrics; computes nothing. The per-attack bounds each hold at 1 − α on their own; the
+best is the one recounted at α / K over the K bounds compared (Bonferroni), and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from miaudit.epsilon_results import CANARY_EPSILON_LOWER_BOUND, EPSILON_LOWER_BOUND, ONE_RUN
+from miaudit.report.formatting import fmt_epsilon
+from miaudit.results import AuditResult
+
+# the words for each bound, where a sentence names one
+BOUND_WORDS = {
+    EPSILON_LOWER_BOUND: "threshold test on the audit samples",
+    CANARY_EPSILON_LOWER_BOUND: "threshold test on the canaries",
+    ONE_RUN: "one-run guesses on the canaries",
+}
+# the results table's columns: (metrics key, header), the canary one only with canaries
+EPSILON_LB = "ε lb"
+ONE_RUN_LB = "ε 1-run"
+TABLE_COLUMNS = ((EPSILON_LOWER_BOUND, EPSILON_LB), (ONE_RUN, ONE_RUN_LB))
+
+
+def privacy_audit(result: AuditResult) -> dict[str, Any] | None:
+    audit = (result.meta or {}).get("privacy_audit")
+    return audit if isinstance(audit, dict) else None
+
+
+def confidence(alpha: float) -> str:
+    """α as a confidence: 0.05 -> '95%'."""
+    return f"{100 * (1 - float(alpha)):g}%"
+
+
+def privacy_line(result: AuditResult) -> str | None:
+    """'Privacy: claimed ε 8 (δ 1e-05); best empirical lower bound 0.42 (rmia, threshold test
+    on the audit samples; 95% over 3 bounds, Bonferroni).' None when the run computed none."""
+    audit = privacy_audit(result)
+    if audit is None:
+        return None
+    claim, best = audit.get("claimed"), audit.get("best")
+    head = (f"claimed ε {fmt_epsilon(claim['epsilon'])} (δ {claim['delta']:g})" if claim
+            else "no DP claim recorded for the target")
+    if best is None:
+        return f"Privacy: {head}; no attack gave an ε lower bound."
+    k = audit.get("bounds_compared") or 0
+    over = (f"{confidence(best['family_alpha'])} over {k} bounds, Bonferroni" if k > 1
+            else confidence(best["family_alpha"]))
+    if best["epsilon"] <= 0:  # nothing to name: every bound is 0
+        return f"Privacy: {head}; no attack certifies ε > 0 ({over})."
+    line = (f"Privacy: {head}; best empirical lower bound {fmt_epsilon(best['epsilon'])} at "
+            f"δ {best['delta']:g} ({best['attack']}, {BOUND_WORDS[best['bound']]}; {over}).")
+    if audit.get("refutes_claim"):
+        line += " It exceeds the claimed ε: the privacy claim does not hold."
+    elif claim:
+        line += " It does not exceed the claim (a lower bound cannot confirm a claim)."
+    return line
+
+
+def epsilon_cell(outcome: Any, key: str) -> str:
+    record = getattr(outcome.summary, key)
+    return "-" if record is None else fmt_epsilon(record.epsilon)
+
+
+def table_columns(result: AuditResult) -> list[tuple[str, str]]:
+    """The (metrics key, header) of the ε columns of the results table that some attack has."""
+    return [(key, header) for key, header in TABLE_COLUMNS
+            if any(getattr(o.summary, key) is not None for o in result.outcomes)]
+
+
+def epsilon_legend(headers: list[str]) -> str:
+    """What the ε columns of the results table mean (those in ``headers``)."""
+    words = {EPSILON_LB: "the ε lower bound each attack certifies on its own (threshold test "
+                         "on the audit samples)",
+             ONE_RUN_LB: "its one-run bound on the canaries"}
+    return "; ".join(f"{h}: {words[h]}" for h in headers) + "."
+
+
+def column_support(result: AuditResult, key: str) -> str:
+    """What an ε column's figures rest on, for the table's subheader: '95%, δ 1e-05'."""
+    audit = privacy_audit(result) or {}
+    where = (audit.get("canaries") or {}) if key == ONE_RUN else audit
+    if "alpha" not in where:
+        return ""
+    return f"{confidence(where['alpha'])}, δ {where['delta']:g}"
+
+
+def missing_notes(result: AuditResult) -> list[str]:
+    """'loss: no threshold test on the audit samples bound (why)' for each bound not given."""
+    notes = []
+    for o in result.outcomes:
+        for key, words in BOUND_WORDS.items():
+            record = getattr(o.summary, key)
+            if record is not None and record.bound is None:
+                notes.append(f"{o.name}: no ε bound from the {words} ({record.reason})")
+    return notes
+
+
+@dataclass
+class PrivacySection:
+    """The 'Privacy audit' section: its line, a table per attack and what the table means."""
+
+    line: str
+    header: list[str]
+    rows: list[list[str]]
+    legend: list[str] = field(default_factory=list)
+
+
+def privacy_section(result: AuditResult) -> PrivacySection | None:
+    """Per attack: the threshold bound on the audit samples (FP of n₀, FN of n₁ counted on
+    the half that did not choose τ) and, with canaries, the canary threshold bound and the
+    one-run bound with m, k₊, k₋, r, v, α and δ. None when the run computed no bound."""
+    audit, line = privacy_audit(result), privacy_line(result)
+    if audit is None or line is None:
+        return None
+    canaries = audit.get("canaries")
+    header = ["attack", "ε lb (audit)", "FP / n₀", "FN / n₁"]
+    if canaries:
+        header += ["ε lb (canaries)", "ε one-run", "m", "k₊", "k₋", "r", "v", "α", "δ"]
+    rows = []
+    for o in result.outcomes:
+        m = o.summary
+        audit_lb = m.epsilon_lower_bound
+        b = None if audit_lb is None else audit_lb.bound
+        row = [o.name, epsilon_cell(o, EPSILON_LOWER_BOUND),
+               "-" if b is None else f"{b.fp} / {b.n_nonmembers}",
+               "-" if b is None else f"{b.fn} / {b.n_members}"]
+        if canaries:
+            one = None if m.one_run is None else m.one_run.bound
+            row += [epsilon_cell(o, CANARY_EPSILON_LOWER_BOUND), epsilon_cell(o, ONE_RUN)]
+            row += (["-"] * 7 if one is None else
+                    [str(one.m), str(one.k_plus), str(one.k_minus), str(one.guesses),
+                     str(one.correct), f"{one.alpha:g}", f"{one.delta:g}"])
+        rows.append(row)
+    legend = [
+        f"ε lb: the ε an attack's threshold test certifies (Clopper–Pearson, "
+        f"{confidence(audit['alpha'])} on its own, δ {audit['delta']:g} from "
+        f"{audit['delta_source']}); τ chosen on a seeded half of the samples (seed "
+        f"{audit['split_seed']}), FP and FN counted on the other half.",
+    ]
+    if canaries:
+        legend.append(
+            f"Canaries: {canaries['count']} ({canaries.get('kind', 'canaries')}), "
+            f"{canaries['included']} in the target's training set (each with probability ½); "
+            f"one-run (Steinke, Nasr & Jagielski 2023): IN guesses on the k₊ highest scores, "
+            f"OUT on the k₋ lowest, r guesses, v right; α per (k₊, k₋) candidate "
+            f"({len(canaries['guesses'])} fixed in advance, Bonferroni), δ from "
+            f"{canaries['delta_source']}."
+        )
+    legend.append("A best bound over several attacks holds only with each recounted at α / K "
+                  "(the line above); a single attack's bound holds at 1 − α on its own.")
+    return PrivacySection(line=line, header=header, rows=rows, legend=legend)

@@ -1,0 +1,81 @@
+"""The privacy audit in a report: the claimed ε beside the best bound, its Bonferroni wording,
+the reasons for missing bounds, and nothing at all for a result without bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from miaudit.epsilon_results import EPSILON_LOWER_BOUND
+from miaudit.metrics import evaluate
+from miaudit.pipeline.epsilon import Halves, privacy_audit, threshold_record
+from miaudit.report import format_table
+from miaudit.report.html import render_html
+from miaudit.report.privacy import privacy_line, privacy_section
+from miaudit.results import AttackOutcome, AuditResult
+
+N = 400
+
+
+def _result(names: list[str], claim: dict | None = None, broken: str | None = None
+            ) -> AuditResult:  # fmt: skip
+    rng = np.random.default_rng(0)
+    members = rng.random(N) < 0.5
+    halves = Halves.of(members, 7, 1e-5, 0.05)
+    outcomes = []
+    for i, name in enumerate(names):
+        scores = rng.normal(size=N) + (2.0 + i) * members
+        metrics = evaluate(scores, members, n_bootstrap=0)
+        why = "too few members" if name == broken else ""
+        metrics[EPSILON_LOWER_BOUND] = threshold_record(scores, members,
+                                                        None if why else halves, why)
+        outcomes.append(AttackOutcome(name=name, scores=scores, metrics=metrics))
+    settings = {"claimed": claim, "alpha": 0.05, "delta": 1e-5,
+                "delta_source": "metrics.epsilon_delta", "split_seed": 7, "canaries": None}
+    return AuditResult(indices=np.arange(N), members=members, outcomes=outcomes,
+                       meta={"privacy_audit": privacy_audit(outcomes, settings)})
+
+
+def test_one_bound_needs_no_bonferroni_and_several_say_it():
+    one = privacy_line(_result(["loss"]))
+    assert "(loss, threshold test on the audit samples; 95%)." in one
+    two = privacy_line(_result(["loss", "rmia"]))
+    assert "95% over 2 bounds, Bonferroni" in two and "(rmia," in two  # the stronger one
+
+
+def test_a_claim_below_the_bound_is_refuted_and_one_above_it_is_not():
+    low = privacy_line(_result(["loss"], claim={"epsilon": 0.1, "delta": 1e-5}))
+    assert low.startswith("Privacy: claimed ε 0.1 (δ 1e-05)") and "does not hold" in low
+    high = privacy_line(_result(["loss"], claim={"epsilon": 100.0, "delta": 1e-5}))
+    assert "cannot confirm a claim" in high
+
+
+def test_bounds_of_zero_name_no_attack():
+    result = _result(["loss"])
+    for outcome in result.outcomes:  # scores unrelated to membership: every bound is 0
+        outcome.metrics[EPSILON_LOWER_BOUND] = threshold_record(
+            np.zeros(N), result.members, Halves.of(result.members, 7, 1e-5, 0.05))
+    result.meta["privacy_audit"] = privacy_audit(result.outcomes, result.meta["privacy_audit"])
+    assert privacy_line(result) == ("Privacy: no DP claim recorded for the target; no attack "
+                                    "certifies ε > 0 (95%).")
+
+
+def test_missing_bounds_are_explained_and_not_counted():
+    result = _result(["loss", "rmia"], broken="rmia")
+    assert result.meta["privacy_audit"]["bounds_compared"] == 1
+    text = format_table(result)
+    assert "rmia: no ε bound from the threshold test on the audit samples (too few members)" \
+        in text
+    section = privacy_section(result)
+    assert section.rows[1][:2] == ["rmia", "-"]
+    assert "Privacy audit" in render_html(result, {})
+
+
+def test_a_result_without_bounds_shows_none():
+    result = _result(["loss"])
+    result.meta = {}
+    for outcome in result.outcomes:
+        del outcome.metrics[EPSILON_LOWER_BOUND]
+    assert privacy_line(result) is None and privacy_section(result) is None
+    text = format_table(result)
+    assert "ε lb" not in text and "Privacy" not in text
+    assert "Privacy audit" not in render_html(result, {})
