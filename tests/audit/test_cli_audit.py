@@ -70,7 +70,7 @@ def test_audit_an_sklearn_estimator_with_a_membership_column(user, split, tmp_pa
     np.savez(tmp_path / "audit.npz", X=x[audit], y=y[audit],
              member=np.isin(audit, split["members"]))
     np.savez(tmp_path / "public.npz", X=x[split["public"]], y=y[split["public"]])
-    config = {"model": {"estimator": str(user["mlp"])},
+    config = {"model": {"estimator": str(user["mlp"]), "dp_epsilon": 0.01, "dp_delta": 1e-5},
               "data": {"dataset": str(tmp_path / "audit.npz"), "membership_column": "member"},
               "public": {"dataset": str(tmp_path / "public.npz")},
               "references": {"models": 2},
@@ -88,6 +88,21 @@ def test_audit_an_sklearn_estimator_with_a_membership_column(user, split, tmp_pa
     assert metrics["loss"]["auc"] > 0.55
     assert not (out / "exposed.png").exists()  # tabular data: no thumbnails
     assert "exposed.csv" in {p.name for p in out.iterdir()}
+    # the stated DP claim: every attack's ε lower bound is set beside it, in the verdict too
+    privacy = summary["privacy_audit"]
+    assert privacy["claimed"] == {"epsilon": 0.01, "delta": 1e-5}
+    best = privacy["best"]
+    # the best of K bounds is recounted at α/K (Bonferroni): below its own bound at α
+    assert 0 < best["epsilon"] <= metrics[best["attack"]]["epsilon_lower_bound"]["epsilon"]
+    assert best["epsilon"] <= max(b["epsilon"] for b in _bounds(metrics))
+    verdict = json.loads((out / "verdict.json").read_text())
+    line = next(p for p in verdict["paragraphs"] if p.startswith("Privacy: claimed ε 0.01"))
+    assert ("does not hold" in line) == (best["epsilon"] > 0.01)
+
+
+def _bounds(metrics: dict) -> list[dict]:
+    return [m["epsilon_lower_bound"] for m in metrics.values()
+            if m["epsilon_lower_bound"].get("epsilon") is not None]
 
 
 def test_bad_input_gives_clear_errors(user, tmp_path, capsys):
@@ -191,3 +206,18 @@ def test_flags_add_loader_options_to_the_config_files():
                               "options": {"label_column": "y", "preprocessing": "raw"}}
     assert merged["seed"] == 2
     assert base["data"]["options"] == {"label_column": "y"}  # the file's mapping is not changed
+
+
+def test_a_dp_claim_needs_both_numbers():
+    from miaudit.audit.config import audit_config
+    from miaudit.errors import ConfigError
+
+    base = {"data": {"dataset": "digits", "members": "rows.txt"}}
+    with pytest.raises(ConfigError, match="both model.dp_epsilon and model.dp_delta"):
+        audit_config({**base, "model": {"estimator": "m.joblib", "dp_epsilon": 8}})
+    with pytest.raises(ConfigError, match="dp_epsilon must be a number > 0"):
+        audit_config({**base, "model": {"estimator": "m.joblib", "dp_epsilon": 0,
+                                        "dp_delta": 1e-5}})
+    with pytest.raises(ConfigError, match="dp_delta must lie in"):
+        audit_config({**base, "model": {"estimator": "m.joblib", "dp_epsilon": 8,
+                                        "dp_delta": 1.5}})

@@ -66,6 +66,8 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
     put("model", "output_kind", args.output_kind)
     put("model", "hf_model", args.hf_model)
     put("model", "max_length", args.max_length)
+    put("model", "dp_epsilon", args.dp_epsilon)
+    put("model", "dp_delta", args.dp_delta)
     put("data", "dataset", args.data)
     put("data", "options", args.data_options and _mapping(args.data_options, "--data-options"))
     put("data", "members", args.members)
@@ -131,6 +133,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(config.json, weights, tokenizer.json): a sequence classifier or causal LM")
     g.add_argument("--max-length", type=int,
                    help="--hf-model: tokens per text (default: the model's positions, <= 512)")
+    g.add_argument("--dp-epsilon", type=float,
+                   help="the model's DP claim: ε (with --dp-delta); the audit's empirical ε "
+                        "lower bounds are set beside it")
+    g.add_argument("--dp-delta", type=float, help="the model's DP claim: δ (with --dp-epsilon)")
     g.add_argument("--estimator", help="scikit-learn estimator with predict_proba (joblib)")
     g.add_argument("--predict", help="black box: 'package.module:function', X -> [n, classes]")
     g.add_argument("--outputs", help="black box: .npz/.csv/.parquet of logits or probabilities")

@@ -40,6 +40,10 @@ class ModelSection:
     # classifier or a causal LM, audited on text data (miaudit.audit.hf).
     hf_model: str | None = None
     max_length: int | None = None  # tokens per text; default min(model positions, 512)
+    # The model's differential-privacy claim (e.g. its DP-SGD accountant's ε at δ): the audit
+    # sets each attack's empirical ε lower bound beside it and says whether one refutes it.
+    dp_epsilon: float | None = None
+    dp_delta: float | None = None
     # An in-memory model from the Python API (miaudit.audit): a fitted estimator with
     # predict_proba, an nn.Module (then `module` may name its class, for reference models) or
     # a function X -> outputs. A file cannot hold one: audit.yaml records what it was.
@@ -191,6 +195,7 @@ def _check(cfg: AuditConfig) -> None:
     need(not cfg.references.base or bool(m.hf_model),
          "references.base (the checkpoint a Hugging Face model was fine-tuned from) needs "
          "model.hf_model.")
+    _check_claim(m)
     need(m.output_kind in OUTPUT_KINDS,
          f"model.output_kind must be one of {', '.join(OUTPUT_KINDS)}; got {m.output_kind!r}.")
     need(isinstance(m.tolerance, (int, float)) and 0 < m.tolerance < 1,
@@ -223,6 +228,21 @@ def _check(cfg: AuditConfig) -> None:
     for name in cfg.attack_params:
         need(cfg.attacks is None or name in cfg.attacks,
              f"attack_params names '{name}', which is not in attacks.")
+
+
+def _check_claim(m: ModelSection) -> None:
+    """model.dp_epsilon and model.dp_delta come together: an (ε, δ) claim."""
+    from miaudit.config import check_delta
+
+    if (m.dp_epsilon is None) != (m.dp_delta is None):
+        raise ConfigError("give the model's DP claim as both model.dp_epsilon and "
+                          "model.dp_delta (--dp-epsilon 8 --dp-delta 1e-5), or neither.")
+    if m.dp_epsilon is None:
+        return
+    eps = m.dp_epsilon
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
+        raise ConfigError(f"model.dp_epsilon must be a number > 0 (the claimed ε); got {eps!r}.")
+    check_delta(m.dp_delta, "model.dp_delta")
 
 
 def _check_instance(m: ModelSection, given: list[str]) -> None:

@@ -24,6 +24,7 @@ from miaudit.io import StagedRunDir, write_json, write_text
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.report import format_table, write_report
 from miaudit.report.exposure import EXPOSURE_FIGURE
+from miaudit.report.privacy import privacy_line
 from miaudit.results import AuditResult
 from miaudit.train.cache import default_cache_dir
 
@@ -84,6 +85,13 @@ def _meta(cfg: AuditConfig, data: AuditData, target: Target, refs: References,
     }
 
 
+def _claim(cfg: AuditConfig) -> dict[str, float] | None:
+    """The model's stated (ε, δ) claim, as the ε bounds read a DP target's privacy record."""
+    if cfg.model.dp_epsilon is None:
+        return None
+    return {"epsilon": float(cfg.model.dp_epsilon), "delta": float(cfg.model.dp_delta)}
+
+
 def run_audit(
     cfg: AuditConfig, progress: bool = True, echo: bool = True
 ) -> tuple[AuditResult, Path]:
@@ -142,7 +150,7 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
     result = evaluate_bank(
         built.bank, 0, runnable, {k: v for k, v in cfg.attack_params.items() if k in runnable},
         cfg.metrics, cfg.seed, train_seconds=[0.0, *refs.train_seconds], skip_unsupported=True,
-        progress=progress,
+        progress=progress, target_privacy=_claim(cfg),
     )
     result.rows = data.audit_rows  # scores.csv and the report name the user's data rows
     skipped.update(result.meta.get("skipped") or {})
@@ -153,6 +161,7 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
         "reference_note": " ".join([_reference_note(target, refs), *refs.caveats]),
         "skipped": len(skipped),
         "confidence": cfg.metrics.confidence, "input_mismatch": built.mismatch,
+        "privacy": privacy_line(result),
     })
     figures = {}
     if verdict.get("attack"):

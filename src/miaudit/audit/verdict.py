@@ -34,7 +34,8 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
 
     `context`: `outputs` (what an attacker sees, e.g. "probabilities"), `references` (count),
     `reference_note` (how references were made), `skipped` (count), `confidence` (of the CIs),
-    `input_mismatch` (why the model's inputs look unlike its training data, or None).
+    `input_mismatch` (why the model's inputs look unlike its training data, or None),
+    `privacy` (the empirical-ε line of :func:`miaudit.report.privacy.privacy_line`, or None).
     """
     found = assess(result)
     if found["level"] == "none":
@@ -124,6 +125,8 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
             f"about {resolution:.2g}%. Stronger attacks (more reference models, the exact "
             "training recipe, more queries) can find leaks these did not."
         )
+    if context.get("privacy"):  # the empirical ε beside the model's DP claim, if it has one
+        paragraphs.append(context["privacy"])
     caveats = [
         f"{best.name} is the strongest of {len(result.outcomes)} attacks on these same samples; "
         "picking the maximum favours it slightly, and its interval does not include that choice.",
