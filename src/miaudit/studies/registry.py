@@ -36,7 +36,8 @@ BUILTIN_MODULES = ("miaudit.studies.smoke",
                    "miaudit.studies.calibration",
                    "miaudit.studies.rapid",
                    "miaudit.studies.generalization",
-                   "miaudit.studies.text",)
+                   "miaudit.studies.text",
+                   "miaudit.studies.dp_audit",)
 
 
 @dataclass(frozen=True)
