@@ -82,3 +82,15 @@ def _real(value: Any, name: str) -> float:
     if math.isnan(v):
         raise ConfigError(f"{name} is NaN: pass a number")
     return v
+
+
+def check_error_counts(fp: Any, n0: Any, fn: Any, n1: Any) -> tuple[int, int, int, int]:
+    """A threshold test's counts: n0 >= 1 non-members (fp of them flagged) and n1 >= 1 members
+    (fn of them missed)."""
+    n0 = check_count(n0, "n0 (non-members counted)", low=1,
+                     hint=": the bound needs at least one non-member")
+    n1 = check_count(n1, "n1 (members counted)", low=1,
+                     hint=": the bound needs at least one member")
+    fp = check_count(fp, "fp (false positives)", high=n0, hint=f" (out of n0 = {n0})")
+    fn = check_count(fn, "fn (false negatives)", high=n1, hint=f" (out of n1 = {n1})")
+    return fp, n0, fn, n1

@@ -24,7 +24,13 @@ from numpy.typing import ArrayLike
 from scipy import stats
 
 from miaudit.errors import ConfigError
-from miaudit.privacy._checks import check_alpha, check_count, check_delta, check_scores
+from miaudit.privacy._checks import (
+    check_alpha,
+    check_count,
+    check_delta,
+    check_error_counts,
+    check_scores,
+)
 
 __all__ = [
     "EpsilonBound",
@@ -124,12 +130,7 @@ def epsilon_from_counts(fp: int, n0: int, fn: int, n1: int, delta: float = 0.0,
     ``n1`` members (``fn`` of them scored below τ) and ``n0`` non-members (``fp`` of them at or
     above τ). ``threshold`` is only recorded.
     """
-    n0 = check_count(n0, "n0 (non-members counted)", low=1,
-                     hint=": the bound needs at least one non-member")
-    n1 = check_count(n1, "n1 (members counted)", low=1,
-                     hint=": the bound needs at least one member")
-    fp = check_count(fp, "fp (false positives)", high=n0, hint=f" (out of n0 = {n0})")
-    fn = check_count(fn, "fn (false negatives)", high=n1, hint=f" (out of n1 = {n1})")
+    fp, n0, fn, n1 = check_error_counts(fp, n0, fn, n1)
     delta, alpha = check_delta(delta), check_alpha(alpha)
     level = 1.0 - alpha / 2
     return EpsilonBound(

@@ -34,7 +34,7 @@ from numpy.typing import ArrayLike
 from scipy import optimize, stats
 
 from miaudit.errors import ConfigError
-from miaudit.privacy._checks import check_alpha, check_count, check_delta
+from miaudit.privacy._checks import check_alpha, check_delta, check_error_counts
 from miaudit.privacy.bounds import (
     best_threshold,
     check_disjoint,
@@ -116,12 +116,7 @@ def gaussian_dp_from_counts(fp: int, n0: int, fn: int, n1: int, delta: float = 1
                             alpha: float = 0.05,
                             threshold: float | None = None) -> GaussianDPBound:
     """μ_lb and its ε at δ from counts at a threshold chosen without the counted samples."""
-    n0 = check_count(n0, "n0 (non-members counted)", low=1,
-                     hint=": the bound needs at least one non-member")
-    n1 = check_count(n1, "n1 (members counted)", low=1,
-                     hint=": the bound needs at least one member")
-    fp = check_count(fp, "fp (false positives)", high=n0, hint=f" (out of n0 = {n0})")
-    fn = check_count(fn, "fn (false negatives)", high=n1, hint=f" (out of n1 = {n1})")
+    fp, n0, fn, n1 = check_error_counts(fp, n0, fn, n1)
     delta, alpha = check_delta(delta), check_alpha(alpha)
     if delta == 0.0:
         raise ConfigError("delta must be > 0 for a Gaussian-DP ε: a μ-GDP mechanism with μ > 0 "
