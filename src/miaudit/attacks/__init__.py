@@ -5,6 +5,8 @@ Importing this package registers every attack module below.
 
 from miaudit.attacks import (  # noqa: F401  (importing a module registers its attacks)
     attack_r,
+    bavaria,
+    bayes_optimal,
     calibration,
     hybrid,
     label_only,
