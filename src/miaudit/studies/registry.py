@@ -37,7 +37,8 @@ BUILTIN_MODULES = ("miaudit.studies.smoke",
                    "miaudit.studies.rapid",
                    "miaudit.studies.generalization",
                    "miaudit.studies.text",
-                   "miaudit.studies.dp_audit",)
+                   "miaudit.studies.dp_audit",
+                   "miaudit.studies.power",)
 
 
 @dataclass(frozen=True)
