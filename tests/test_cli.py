@@ -56,3 +56,23 @@ def test_data_list_and_attacks_list(capsys):
     assert "digits" in capsys.readouterr().out
     assert main(["attacks"]) == 0
     assert "modified-entropy" in capsys.readouterr().out
+
+
+def test_attack_command_imports_only_what_scoring_needs_before_scoring():
+    """`miaudit attack` loads the evaluation stage without the training and querying stages,
+    and the report's modules (matplotlib) only after scoring (issue 16)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport miaudit.cli\nfrom miaudit.pipeline.evaluate import evaluate_bank\n"
+            "print(sorted(m for m in ('miaudit.pipeline.runner', 'miaudit.pipeline.bank', "
+            "'miaudit.train', 'miaudit.report', 'matplotlib', 'pandas') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
+    from miaudit import pipeline
+
+    assert pipeline.run.__module__ == "miaudit.pipeline.runner"  # still reachable, lazily
+    assert "evaluate_bank" in dir(pipeline) and "evaluate_bank" in pipeline.__all__
+    with pytest.raises(AttributeError):
+        pipeline.no_such_stage  # noqa: B018

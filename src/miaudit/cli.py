@@ -42,13 +42,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
+    # only what scoring needs, and the report's modules (matplotlib) once the bank is gone
     from miaudit.attacks import list_attacks
     from miaudit.io import StagedRunDir
-    from miaudit.pipeline import evaluate_bank
-    from miaudit.report import format_table, write_report
+    from miaudit.pipeline.evaluate import evaluate_bank
     from miaudit.signals import SignalBank
 
-    bank = SignalBank.load(args.bank)
+    bank = SignalBank.load(args.bank)  # logits mapped from the file, not copied
     if args.attacks:
         names = [a.strip() for a in args.attacks.split(",") if a.strip()]
     else:  # every attack the bank can support
@@ -61,6 +61,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
                            skip_unsupported=not args.attacks)
     result.meta.update({"bank": str(args.bank), "n_models": bank.n_models,
                         "queries": bank.n_queries, "audit_samples": int(bank.audit.sum())})
+    del bank  # the report reads the scores only: the bank and its statistics go first
+    from miaudit.report import format_table, write_report
+
     # staged: a report replaces the previous one in --out whole (its stale files removed, the
     # bank being scored kept), and a failure leaves the previous one as it was
     with StagedRunDir(args.out, keep=(args.bank,)) as stage:
@@ -165,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     from miaudit.progress import progress_switch
-    from miaudit.train.ledger import training_ledger
 
-    ledger = training_ledger()
-    ledger.reset()  # count only this command's models (main may run twice in one process)
+    # count only this command's models (main may run twice in one process); the ledger lives
+    # in the train package, loaded only by the commands that train (or on Ctrl-C, below)
+    loaded = sys.modules.get("miaudit.train.ledger")
+    if loaded is not None:
+        loaded.training_ledger().reset()
     # --quiet turns bars off process-wide: the statistics pass, scorers and bootstrap have no
     # progress argument of their own.
     try:
@@ -182,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             message = ("interrupted: finished cells are saved and every model that finished "
                        "training is cached; rerun the same command to resume")
         else:
-            message = ledger.interrupted_message()
+            from miaudit.train.ledger import training_ledger
+
+            message = training_ledger().interrupted_message()
         print(f"miaudit: {message}.", file=sys.stderr)
         return 130
 

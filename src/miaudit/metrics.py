@@ -9,19 +9,21 @@ Conventions used throughout:
 - a sample is *predicted member* iff ``score >= threshold`` (a NaN score never is). The same
   rule is used by :func:`best_accuracy_threshold` and the balanced accuracy in :func:`evaluate`.
 
-Everything is vectorised: the samples are sorted once and the bootstrap works on resampling
-counts over that fixed order, so 200 resamples of 20k samples take a fraction of a second.
+Intervals (docs/algorithms.md §12): the AUC's is DeLong's, on the logit scale; TPR@FPR's is
+the percentile interval of a stratified bootstrap over samples, each resample drawn exactly in
+two random numbers (:func:`_bootstrap_tpr`), so neither costs more than one sort of the scores.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
 from miaudit.errors import AttackError
-from miaudit.progress import progress_bar
 
 __all__ = [
     "roc",
@@ -33,10 +35,6 @@ __all__ = [
     "support_warning",
     "evaluate",
 ]
-
-# bootstrap chunks hold at most this many resample-by-sample counts at once (memory bound)
-_CHUNK_CELLS = 4_000_000
-
 
 def _key(value: float) -> str:
     """Dictionary key for a rate: ``0.001 -> "0.001"`` (Python's shortest repr)."""
@@ -75,7 +73,9 @@ def _check(scores: Any, members: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def _groups(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sort descending with NaN last; return (order, group id per sorted position, starts)."""
-    order = np.argsort(-s, kind="stable")  # -NaN is NaN: argsort puts it last
+    # -NaN is NaN: argsort puts it last. Not a stable sort (3x slower): only the groups of
+    # equal scores matter, never the order inside one.
+    order = np.argsort(-s)
     ss = s[order]
     nan = np.isnan(ss)
     change = (ss[1:] != ss[:-1]) & ~(nan[1:] & nan[:-1])
@@ -84,15 +84,24 @@ def _groups(s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order, gid, starts
 
 
-def _cumulative(s: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Cumulative true/false positives at each distinct score (descending) and the scores."""
+def _sorted(s: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(group id of each sorted position, membership in sort order, scores of the groups)."""
     order, gid, starts = _groups(s)
-    mo = m[order]
-    n_groups = starts.size
+    return gid, m[order], s[order[starts]]
+
+
+def _counts(gid: np.ndarray, mo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative true/false positives at each group (descending score)."""
+    n_groups = int(gid[-1]) + 1
     pos = np.bincount(gid, weights=mo, minlength=n_groups).astype(np.int64)
     cnt = np.bincount(gid, minlength=n_groups).astype(np.int64)
-    values = s[order][starts]
-    return np.cumsum(pos), np.cumsum(cnt - pos), values
+    return np.cumsum(pos), np.cumsum(cnt - pos)
+
+
+def _cumulative(s: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cumulative true/false positives at each distinct score (descending) and the scores."""
+    gid, mo, values = _sorted(s, m)
+    return (*_counts(gid, mo), values)
 
 
 def roc(scores: Any, members: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -147,10 +156,17 @@ def precision_at_recall(scores: Any, members: Any, recall: float) -> float:
     This is the precision of the operating point one would actually use to detect that
     fraction of the members (not the interpolated maximum over lower thresholds).
     """
+    _check_recall(recall)
+    s, m = _check(scores, members)
+    return _precision_at(*_cumulative(s, m)[:2], recall)
+
+
+def _check_recall(recall: float) -> None:
     if not 0.0 < recall <= 1.0:
         raise AttackError(f"recall must be in (0, 1], got {recall}")
-    s, m = _check(scores, members)
-    tps, fps, _ = _cumulative(s, m)
+
+
+def _precision_at(tps: np.ndarray, fps: np.ndarray, recall: float) -> float:
     first = int(np.argmax(tps / tps[-1] >= recall))
     return float(tps[first] / (tps[first] + fps[first]))
 
@@ -206,74 +222,73 @@ def support_warning(n_nonmembers: int, fpr: float) -> str | None:
     )
 
 
-def _layout(s: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each distinct score (descending, NaN last): how many members / non-members have a
-    score >= it, counting positions in the descending sort order of each class."""
-    order, gid, _ = _groups(s)
-    mo = m[order]
-    g_range = np.arange(int(gid[-1]) + 1)
-    end1 = np.searchsorted(gid[mo], g_range, side="right")
-    end0 = np.searchsorted(gid[~mo], g_range, side="right")
-    return end1, end0
+def _fpr_count(n0: int, fpr: float) -> int:
+    """The most false positives k with ``k / n0 <= fpr`` in floating point (the ROC's rule)."""
+    k = min(n0, int(math.floor(fpr * n0)))
+    while k < n0 and (k + 1) / n0 <= fpr:
+        k += 1
+    while k > 0 and k / n0 > fpr:
+        k -= 1
+    return k
 
 
-def _resampled_stats(
-    end1: np.ndarray,
-    end0: np.ndarray,
-    counts1: np.ndarray,
-    counts0: np.ndarray,
-    fprs: Sequence[float],
-) -> tuple[np.ndarray, np.ndarray]:
-    """AUC [B] and TPR@FPR [B, F] of B resamples given as copy counts per sample.
+def _bootstrap_tpr(
+    gid: np.ndarray, mo: np.ndarray, fprs: Sequence[float], n_bootstrap: int, seed: int
+) -> np.ndarray:
+    """TPR@FPR [B, len(fprs)] of B stratified bootstrap resamples, drawn exactly, in O(B).
 
-    ``counts1[b, j]``: copies of the j-th member (descending score order) in resample b;
-    ``counts0`` likewise for non-members. The ROC of a resample is read off cumulative sums
-    of the counts at each distinct score, so no resample is sorted again.
+    A resample draws n1 members and n0 non-members with replacement (the classes separately,
+    so both are always present). Its TPR@f is read at the last ROC point with at most
+    k = floor(f n0) false positives: the point just above the score of the (k+1)-th
+    highest-ranked non-member draw. Draw positions (in descending score order) are iid uniform
+    on 0..n0-1, so the (k+1)-th smallest is floor(n0 U) with U ~ Beta(k+1, n0-k), the
+    (k+1)-th order statistic of n0 uniforms. Given that point, with K members scoring
+    strictly above it, the members drawn there are Binomial(n1, K/n1), independently (the
+    member draws are independent of the non-member draws). So each resample costs two draws
+    instead of a sort or a pass over the samples, with exactly the distribution of
+    resampling the samples and computing the TPR from scratch.
     """
-    b = counts1.shape[0]
-    zero = np.zeros((b, 1), np.int64)
-    tps = np.concatenate((zero, np.cumsum(counts1, axis=1)), axis=1)[:, end1]
-    fps = np.concatenate((zero, np.cumsum(counts0, axis=1)), axis=1)[:, end0]
-    aucs = _auc_from_cumulative(tps, fps)
-    fpr = fps / fps[:, -1:]
-    tprs = np.empty((b, len(fprs)))
-    for j, f in enumerate(fprs):
-        tprs[:, j] = np.where(fpr <= f, tps, 0).max(axis=1) / tps[:, -1]
-    return aucs, tprs
-
-
-def _bootstrap(
-    s: np.ndarray,
-    m: np.ndarray,
-    fprs: Sequence[float],
-    n_bootstrap: int,
-    seed: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Stratified bootstrap: AUC [B] and TPR@FPR [B, len(fprs)] over resampled samples.
-
-    Members and non-members are resampled separately (with replacement, same counts), so
-    every resample keeps both classes. The sort order is fixed; a resample only changes how
-    many copies of each sample there are (see :func:`_resampled_stats`).
-    """
-    end1, end0 = _layout(s, m)
-    n1, n0 = int(m.sum()), int((~m).sum())
+    n1, n0 = int(mo.sum()), int((~mo).sum())
+    # members in the groups above group g: above[g]; group of each non-member, by rank
+    above = np.concatenate(([0], np.cumsum(np.bincount(gid, weights=mo).astype(np.int64))))
+    nonmember_group = gid[~mo]
     rng = np.random.default_rng(seed)
-    chunk = max(1, _CHUNK_CELLS // s.size)
-    aucs = np.empty(n_bootstrap)
-    tprs = np.empty((n_bootstrap, len(fprs)))
+    out = np.empty((n_bootstrap, len(fprs)))
+    for j, f in enumerate(fprs):
+        k = _fpr_count(n0, f)
+        if k >= n0:  # every point qualifies, the last one included: all members
+            out[:, j] = 1.0
+            continue
+        u = rng.beta(k + 1, n0 - k, size=n_bootstrap)
+        rank = np.minimum((u * n0).astype(np.int64), n0 - 1)
+        members_above = above[nonmember_group[rank]]
+        out[:, j] = rng.binomial(n1, members_above / n1) / n1
+    return out
 
-    def counts(b: int, n: int) -> np.ndarray:
-        idx = rng.integers(0, n, size=(b, n)) + (np.arange(b) * n)[:, None]
-        return np.bincount(idx.ravel(), minlength=b * n).reshape(b, n)
 
-    # One update per chunk of resamples; the bar draws no numbers from `rng`.
-    with progress_bar(n_bootstrap, "bootstrap", "resample", quick=True) as bar:
-        for lo in range(0, n_bootstrap, chunk):
-            b = min(chunk, n_bootstrap - lo)
-            stats = _resampled_stats(end1, end0, counts(b, n1), counts(b, n0), fprs)
-            aucs[lo : lo + b], tprs[lo : lo + b] = stats
-            bar.update(b)
-    return aucs, tprs
+def _auc_interval(tps: np.ndarray, fps: np.ndarray, confidence: float) -> list[float]:
+    """DeLong's interval for the AUC (DeLong, DeLong & Clarke-Pearson, Biometrics 1988),
+    computed on the logit scale (Pepe, 2003, §5.2.3) so that it stays inside [0, 1].
+
+    The AUC is the mean of the members' placements V10 (share of non-members scored below,
+    ties half) and of the non-members' placements V01 (share of members above, ties half);
+    its variance is var(V10)/n1 + var(V01)/n0, read off the cumulative counts of the groups.
+    """
+    n1, n0 = int(tps[-1]), int(fps[-1])
+    pos = np.diff(tps, prepend=0)
+    neg = np.diff(fps, prepend=0)
+    v10 = (n0 - fps + 0.5 * neg) / n0  # a member in each group
+    v01 = (tps - 0.5 * pos) / n1  # a non-member in each group
+    # sums of products, not np.dot: BLAS threads cost more than they save at this size
+    area = float((pos * v10).sum() / n1)
+    var = ((pos * (v10 - area) ** 2).sum() / max(n1 - 1, 1) / n1
+           + (neg * (v01 - area) ** 2).sum() / max(n0 - 1, 1) / n0)
+    z = NormalDist().inv_cdf((1 + confidence) / 2)
+    if not 0.0 < area < 1.0 or var <= 0.0:
+        return [area, area]  # every resample of the data would give this AUC too
+    logit = math.log(area / (1 - area))
+    half = z * math.sqrt(var) / (area * (1 - area))
+    return [1 / (1 + math.exp(-(logit - half))), 1 / (1 + math.exp(-(logit + half)))]
 
 
 def _interval(values: np.ndarray, confidence: float) -> list[float]:
@@ -297,8 +312,9 @@ def evaluate(
     Keys: ``auc``, ``auc_ci``, ``tpr_at_fpr`` / ``tpr_at_fpr_ci`` / ``fpr_support`` (keyed by
     ``repr(fpr)``, e.g. ``"0.001"``), ``n_members``, ``n_nonmembers``, ``n_unscorable``,
     ``precision_at_recall`` (keyed by ``repr(recall)``), ``balanced_accuracy`` and
-    ``threshold``. CIs are percentile intervals of a stratified, seeded bootstrap over samples
-    (``None`` when ``n_bootstrap`` is 0). ``threshold`` must come from public/shadow data
+    ``threshold``. ``tpr_at_fpr_ci``: percentile intervals of a stratified, seeded bootstrap
+    over samples, ``n_bootstrap`` resamples; ``auc_ci``: DeLong's interval on the logit scale
+    (both ``None`` when ``n_bootstrap`` is 0). ``threshold`` must come from public/shadow data
     (see :func:`best_accuracy_threshold`); balanced accuracy is ``None`` without it.
     """
     s, m = _check(scores, members)
@@ -310,15 +326,18 @@ def evaluate(
         raise AttackError(f"confidence must be in (0, 1), got {confidence}")
     if n_bootstrap < 0:
         raise AttackError(f"n_bootstrap must be >= 0, got {n_bootstrap}")
+    for r in recalls:
+        _check_recall(r)
     n1, n0 = int(m.sum()), int((~m).sum())
-    tps, fps, _ = _cumulative(s, m)
+    gid, mo, _ = _sorted(s, m)  # one sort serves every figure
+    tps, fps = _counts(gid, mo)
     fpr = np.concatenate(([0], fps)) / n0
     tpr = np.concatenate(([0], tps)) / n1
     auc_ci: list[float] | None = None
     tpr_ci: dict[str, list[float] | None] = {_key(f): None for f in fprs}
     if n_bootstrap > 0:
-        boot_auc, boot_tpr = _bootstrap(s, m, fprs, n_bootstrap, seed)
-        auc_ci = _interval(boot_auc, confidence)
+        auc_ci = _auc_interval(tps, fps, confidence)
+        boot_tpr = _bootstrap_tpr(gid, mo, fprs, n_bootstrap, seed)
         tpr_ci = {_key(f): _interval(boot_tpr[:, j], confidence) for j, f in enumerate(fprs)}
     bal = None
     if threshold is not None:
@@ -339,7 +358,7 @@ def evaluate(
         "n_members": n1,
         "n_nonmembers": n0,
         "n_unscorable": int(np.isnan(s).sum()),
-        "precision_at_recall": {_key(r): precision_at_recall(s, m, r) for r in recalls},
+        "precision_at_recall": {_key(r): _precision_at(tps, fps, r) for r in recalls},
         "balanced_accuracy": bal,
         "threshold": None if threshold is None else float(threshold),
     }

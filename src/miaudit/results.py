@@ -61,7 +61,7 @@ def ci_columns(column: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class TPRAtFPR:
-    """The true-positive rate at one false-positive rate, with its bootstrap interval and
+    """The true-positive rate at one false-positive rate, with its (bootstrap) interval and
     the support it rests on (``expected_false_positives`` = non-members x FPR)."""
 
     fpr: float
@@ -288,8 +288,9 @@ class AuditResult:
         """Every attack's figures as one long-format table, one row per (attack, metric[, rate]).
 
         Columns: ``attack``; ``metric``; ``fpr`` (for ``tpr``, else NaN); ``recall`` (for
-        ``precision``, else NaN); ``value``; ``ci_low`` / ``ci_high`` (the bootstrap interval
-        of ``auc`` and ``tpr``; NaN elsewhere or without a bootstrap);
+        ``precision``, else NaN); ``value``; ``ci_low`` / ``ci_high`` (the interval of
+        ``auc``, DeLong's, and of ``tpr``, a bootstrap's; NaN elsewhere or with
+        ``n_bootstrap`` 0);
         ``expected_false_positives`` (non-members x FPR, for ``tpr``); ``indicative`` (for
         ``tpr``: True when that figure rests on fewer than ten expected false positives; NA
         elsewhere). Metrics, per attack in this order: ``auc``; ``tpr`` at each FPR;

@@ -11,27 +11,44 @@ Its stages import one way, each only the ones before it:
 - ``evaluate``: attacks scored on a bank and evaluated (``evaluate_bank``);
 - ``checkpoints``: a bank and a report per checkpoint kept along training;
 - ``runner``: the whole run (``run``) into a staging folder, committed on success.
+
+The names below load their stage on first use (PEP 562): `miaudit attack` imports
+``miaudit.pipeline.evaluate`` without paying for the training and querying stages' imports.
 """
 
-from miaudit.devices import resolve_device
-from miaudit.pipeline.bank import BuiltBank, build_bank, default_queries, query_bank
-from miaudit.pipeline.epsilon import EpsilonPlan, privacy_audit
-from miaudit.pipeline.evaluate import evaluate_bank, model_accuracies, public_threshold
-from miaudit.pipeline.runner import run, run_dir_for
-from miaudit.train.cache import default_cache_dir
+from __future__ import annotations
 
-__all__ = [
-    "BuiltBank",
-    "EpsilonPlan",
-    "build_bank",
-    "default_cache_dir",
-    "default_queries",
-    "evaluate_bank",
-    "model_accuracies",
-    "privacy_audit",
-    "public_threshold",
-    "query_bank",
-    "resolve_device",
-    "run",
-    "run_dir_for",
-]
+import importlib
+from typing import Any
+
+# name -> the module that defines it
+_EXPORTS = {
+    "resolve_device": "miaudit.devices",
+    "BuiltBank": "miaudit.pipeline.bank",
+    "build_bank": "miaudit.pipeline.bank",
+    "default_queries": "miaudit.pipeline.bank",
+    "query_bank": "miaudit.pipeline.bank",
+    "EpsilonPlan": "miaudit.pipeline.epsilon",
+    "privacy_audit": "miaudit.pipeline.epsilon",
+    "evaluate_bank": "miaudit.pipeline.evaluate",
+    "model_accuracies": "miaudit.pipeline.evaluate",
+    "public_threshold": "miaudit.pipeline.evaluate",
+    "run": "miaudit.pipeline.runner",
+    "run_dir_for": "miaudit.pipeline.runner",
+    "default_cache_dir": "miaudit.train.cache",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -204,7 +204,9 @@ def _explanation(result: AuditResult, name_best: bool = True) -> str:
         "TPR@1%) is the fraction of members the attack identifies while wrongly flagging only "
         "that small fraction of non-members. It is the figure that matters for privacy: an "
         "attack that is confidently right about a few samples is a real leak even when its "
-        "AUC is close to 0.5. Brackets hold bootstrap confidence intervals (95% by default).</p>"
+        "AUC is close to 0.5. Brackets hold confidence intervals (95% by default): DeLong's "
+        "for the AUC, a stratified bootstrap over the samples (members and non-members "
+        "resampled apart) for each TPR, which includes the uncertainty of the threshold.</p>"
     )
     if best is not None and key is not None and name_best:
         figure = best.summary.find_tpr(key)

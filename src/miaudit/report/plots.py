@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -35,6 +36,28 @@ def figure_png(fig: Figure, dpi: int = 120, *, tight: bool = True) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight" if tight else None)
     return buf.getvalue()
+
+
+def roc_steps(
+    fpr: np.ndarray, tpr: np.ndarray, n_nonmembers: int, marks: Sequence[float] = (),
+    exact: int = 100, per_decade: int = 400,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ROC step curve (the largest TPR at FPR <= x) read at fewer points, for drawing:
+    at every false-positive count up to `exact` (the low-FPR region, where each step is one
+    non-member, stays exact), at the FPRs in `marks` (the reported ones: there the curve is
+    the table's figure), and on a log-spaced FPR grid of `per_decade` points a decade up to
+    1, finer than the figure's pixels. 100,000 samples draw from ~2,000 points."""
+    fpr = np.asarray(fpr, dtype=np.float64)
+    tpr = np.asarray(tpr, dtype=np.float64)
+    n0 = max(1, int(n_nonmembers))
+    counts = np.arange(min(exact, n0) + 1) / n0
+    low = max(counts[-1], MIN_FPR)
+    grid = np.logspace(math.log10(low), 0, max(2, int(per_decade * -math.log10(low)) + 1))
+    x = np.union1d(np.union1d(counts, grid), np.asarray(marks, dtype=np.float64))
+    if x.size >= fpr.size:  # as few points as the ROC has: draw it as it is
+        return fpr, tpr
+    y = tpr[np.searchsorted(fpr, x, side="right") - 1]  # tpr rises with fpr: the last <= x
+    return x, y
 
 
 def roc_figure(result: AuditResult) -> Figure:
@@ -70,7 +93,7 @@ def roc_figure(result: AuditResult) -> Figure:
     cycle_len = 10
     order, rank_key = ranked(result)  # legend in the table's order, quoting its FPR
     for i, outcome in enumerate(order):
-        fpr, tpr, _ = roc(outcome.scores, members)
+        fpr, tpr = roc_steps(*roc(outcome.scores, members)[:2], n0, [float(k) for k in fprs])
         figure = outcome.summary.find_tpr(rank_key)
         label = _panel_title(outcome, i == 0 and rank_key is not None).replace("   ", "  ")
         if rank_key is not None and figure is not None:
@@ -108,20 +131,29 @@ def normalised_ranks(scores: np.ndarray) -> np.ndarray:
     Tied scores share their mid-rank (an attack that cannot tell samples apart shows them at
     one place); +-inf are the extremes; NaN (unscorable) stays NaN.
     """
+    return _ranks_and_ties(scores)[0]
+
+
+def _ranks_and_ties(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`normalised_ranks` and how many scorable samples share each distinct score."""
     scores = np.asarray(scores, dtype=np.float64)
     out = np.full(scores.shape, np.nan)
     valid = ~np.isnan(scores)
     values = scores[valid]
     if values.size == 0:
-        return out
+        return out, np.zeros(0, dtype=np.int64)
     _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
     below = np.concatenate(([0], np.cumsum(counts)[:-1]))
     mid = below + (counts + 1) / 2  # 1-based mid-rank of each distinct value
     out[valid] = (mid[inverse.ravel()] - 0.5) / values.size
-    return out
+    return out, counts
 
 
 _RANK_BINS = 20  # ~5% of the samples per bin: smooth at a few hundred per group
+# the histogram grid, inches: each panel's size and the margins around its axes (a title of two
+# lines with the legend row under it above; tick labels and the x label below; the y label left)
+_PANEL_W, _PANEL_H, _SUPTITLE_H = 4.4, 3.2, 0.4
+_LEFT, _RIGHT, _ABOVE, _BELOW = 0.62, 0.13, 0.66, 0.45
 
 
 def _hist_panel(ax, title: str, scores: np.ndarray, members: np.ndarray) -> None:
@@ -130,14 +162,13 @@ def _hist_panel(ax, title: str, scores: np.ndarray, members: np.ndarray) -> None
     huge or tied values); ranks keep their order, which is all a threshold attack uses."""
     scores = np.asarray(scores, dtype=np.float64)
     n_nan = int(np.isnan(scores).sum())
-    ranks = normalised_ranks(scores)
+    ranks, counts = _ranks_and_ties(scores)
     finite = ~np.isnan(ranks)
     notes = []
     if n_nan:
         notes.append(f"{n_nan:,} unscorable, not shown")
-    values, counts = np.unique(scores[finite], return_counts=True)
-    if 0 < values.size <= 10:
-        notes.append(f"{values.size} distinct score{'s' if values.size > 1 else ''}: "
+    if 0 < counts.size <= 10:
+        notes.append(f"{counts.size} distinct score{'s' if counts.size > 1 else ''}: "
                      "ties share a rank")
     elif counts.size and counts.max() >= 0.05 * finite.sum():  # a spike: say what it is
         notes.append(f"{counts.max() / finite.sum():.0%} of samples tie at one score")
@@ -180,17 +211,32 @@ def histograms_figure(result: AuditResult) -> Figure:
     n = max(1, len(order))
     ncols = min(3, n)
     nrows = math.ceil(n / ncols)
-    fig = Figure(figsize=(4.4 * ncols, 3.2 * nrows + 0.5), layout="constrained")
+    width, height = _PANEL_W * ncols, _PANEL_H * nrows + _SUPTITLE_H
+    fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    # Fixed margins in inches, not the constrained layout: measuring every tick label of 16+
+    # panels took longer than drawing them; these fit the panels' titles, legends and labels.
+    axes_w = _PANEL_W - _LEFT - _RIGHT
+    axes_h = _PANEL_H - _ABOVE - _BELOW
+    axes = fig.subplots(nrows, ncols, squeeze=False, gridspec_kw={
+        "left": _LEFT / width, "right": 1 - _RIGHT / width,
+        "top": 1 - (_SUPTITLE_H + _ABOVE) / height, "bottom": _BELOW / height,
+        "wspace": (_LEFT + _RIGHT) / axes_w, "hspace": (_ABOVE + _BELOW) / axes_h})
     members = np.asarray(result.members, dtype=bool)
     for i, (ax, outcome) in enumerate(zip(axes.flat, order, strict=False)):
         _hist_panel(ax, _panel_title(outcome, i == 0 and key is not None),
                     np.asarray(outcome.scores, dtype=np.float64), members)
-    for ax in list(axes.flat)[len(order) :]:
-        ax.set_visible(False)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(order):
+            ax.set_visible(False)
+            continue
+        # one label per column and per row, not per panel: the labels are the same for all
+        if i + ncols < len(order):  # another panel below this one
+            ax.set_xlabel("")
+        if i % ncols:
+            ax.set_ylabel("")
     fig.suptitle("Where each attack ranks members and non-members (a leak piles members up "
-                 "on the right)", fontsize=10)
+                 "on the right)", fontsize=10, y=1 - 0.12 / height, va="top")
     return fig
 
 

@@ -87,15 +87,21 @@ def scores_csv(result: AuditResult) -> str:
     csv.writer(buf, lineterminator="\n").writerow(
         ["index", *(["row"] if known else []), "member", *(o.name for o in result.outcomes)]
     )
-    cols = [[str(int(i)) for i in np.asarray(result.indices).tolist()]]
+    cols = [_column(np.asarray(result.indices).astype(np.int64))]
     if known:
-        cols.append([str(int(i)) for i in np.asarray(result.rows).tolist()])
-    cols.append(["1" if m else "0" for m in np.asarray(result.members, dtype=bool).tolist()])
-    cols += [
-        [repr(x) for x in np.asarray(o.scores, dtype=np.float64).tolist()] for o in result.outcomes
-    ]
+        cols.append(_column(np.asarray(result.rows).astype(np.int64)))
+    cols.append(_column(np.asarray(result.members, dtype=bool).astype(np.int64)))
+    cols += [_column(np.asarray(o.scores, dtype=np.float64)) for o in result.outcomes]
     buf.writelines(",".join(row) + "\n" for row in zip(*cols, strict=True))
     return buf.getvalue()
+
+
+def _column(values: np.ndarray) -> list[str]:
+    """``repr`` of each value (Python's shortest round-trip form for floats; 'nan'), written
+    by the list's own repr in C rather than one Python call per value."""
+    if values.size == 0:
+        return []
+    return repr(values.tolist())[1:-1].split(", ")
 
 
 def summary_document(result: AuditResult) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from miaudit.errors import BankError
 from miaudit.io import atomic_path
-from miaudit.signals.statistics import StatisticCache
+from miaudit.signals.mapped import PagedStatistics, model_by_model, read_arrays
 
 CHANNEL_PREFIX = "channel_"
 # Channel `<name>_queries` [M, N]: queries each model answered to compute channel <name> for
@@ -91,7 +91,7 @@ class SignalBank:
         self.audit = np.asarray(self.audit, dtype=bool)
         self.canary = None if self.canary is None else np.asarray(self.canary, dtype=bool)
         self.channels = {k: np.asarray(v, dtype=np.float64) for k, v in self.channels.items()}
-        self._statistics = StatisticCache(self.logits, self.labels)
+        self._statistics = PagedStatistics(self.logits, self.labels)
 
     @property
     def n_models(self) -> int:
@@ -141,8 +141,16 @@ class SignalBank:
             self.__dict__["_sequence_loglik"] = cached
         return cached
 
+    def predicted_classes(self, query: int = 0) -> np.ndarray:
+        """Each model's predicted class (argmax logit, the first on ties) under ``query``,
+        int64 [M, N], computed once a model at a time (no copy of the logits)."""
+        key = f"_predicted_{query}"
+        if key not in self.__dict__:
+            self.__dict__[key] = model_by_model(self.logits, lambda z: z[:, query].argmax(-1))
+        return self.__dict__[key]
+
     @property
-    def statistics(self) -> StatisticCache:
+    def statistics(self) -> PagedStatistics:
         """Per-model, per-sample, per-query statistics (loss, LiRA's phi, ...), computed once."""
         return self._statistics
 
@@ -181,13 +189,16 @@ class SignalBank:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SignalBank:
-        """Read a bank.npz, with a clear error for a missing, corrupt or incomplete file."""
+        """Read a bank.npz, with a clear error for a missing, corrupt or incomplete file.
+
+        Logits stored uncompressed (``numpy.savez``, what :meth:`save` writes) are mapped
+        from the file, not copied: see :mod:`miaudit.signals.mapped`. Compressed banks are
+        read into memory as before."""
         path = Path(path)
         if not path.exists():
             raise BankError(f"bank file {path} does not exist; check the path.")
         try:
-            with np.load(path, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
+            arrays = read_arrays(path, mapped=("logits",))
         except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
             raise BankError(
                 f"bank file {path} cannot be read ({exc}); it is not a valid .npz — "
@@ -254,11 +265,12 @@ def validate_bank(bank: SignalBank) -> None:
         )
     if membership.dtype != bool and not np.isin(membership, (0, 1)).all():
         raise BankError("membership must be boolean (or 0/1).")
-    finite = np.isfinite(logits)
-    if not finite.all():
-        bad_models = np.unique(np.nonzero(~finite)[0]).tolist()
+    # a model at a time: no [M, N, Q, C] temporary, mapped pages given back
+    bad = model_by_model(logits, lambda z: z.size - np.count_nonzero(np.isfinite(z)))
+    if bad.any():
         raise BankError(
-            f"{int((~finite).sum())} logits are NaN or infinite (models {bad_models[:10]}); "
+            f"{int(bad.sum())} logits are NaN or infinite (models "
+            f"{np.flatnonzero(bad)[:10].tolist()}); "
             "the model diverged or the export is broken — retrain or re-export those models."
         )
     for name in ("population", "audit", "canary"):
