@@ -7,7 +7,8 @@ from miaudit.attacks import TargetView, get_attack, run_attack
 from miaudit.attacks.rapid import rapid_features, rapid_score
 from miaudit.errors import AttackError
 
-FAST = dict(epochs=3, max_train_samples=2000)
+# 12 epochs of batches of 512 take about as many steps as the 3 epochs of 128 this once was
+FAST = dict(epochs=12, max_train_samples=2000)
 
 
 def _variant(bank, **changes):
@@ -60,9 +61,16 @@ def test_shadow_features_exclude_the_target_and_the_shadow(digits_bank):
 
 
 def test_rapid_leaks_on_digits(digits_bank):
+    # Both queries: the signal is weak (calibrated-loss AUC 0.52), and one scorer seed's AUC
+    # spreads over about ±0.02 around it (0.487 to 0.529 over seeds 0-3 and row caps), so the
+    # claim is on the mean over three seeds; the plain query's clear leak is the next test.
     members = digits_bank.membership[0][digits_bank.audit]
-    scores = run_attack("rapid", TargetView.of(digits_bank, 0), **FAST).scores
-    assert roc_auc_score(members, scores[digits_bank.audit]) > 0.5
+    view = TargetView.of(digits_bank, 0)
+    aucs = [
+        roc_auc_score(members, run_attack("rapid", view, **FAST, seed=s).scores[digits_bank.audit])
+        for s in range(3)
+    ]
+    assert np.mean(aucs) > 0.5
 
 
 def test_rapid_leaks_clearly_on_the_plain_query(digits_bank):
@@ -116,3 +124,45 @@ def test_too_few_shadows_is_a_clear_error(digits_bank):
         run_attack("rapid", TargetView.of(bank, 0))
     with pytest.raises(AttackError, match="at least 2 shadow"):
         rapid_score(TargetView.of(bank, 0), **{**get_attack("rapid").params, **FAST})
+
+
+def test_the_papers_recipe_is_reachable(digits_bank, monkeypatch):
+    from miaudit.attacks import shadow
+    from miaudit.attacks.rapid import PAPER_RECIPE
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(features, labels, **params):
+        seen.update(params)
+        raise Stop
+
+    monkeypatch.setattr(shadow, "train_scorer", capture)
+    with pytest.raises(Stop):
+        run_attack("rapid", TargetView.of(digits_bank, 0), **PAPER_RECIPE)
+    # MLP 2-512-256-128-1, dropout 0.2 after the first two hidden layers, Adam 2e-4, weight
+    # decay 5e-4, batch 128, a fixed 150 epochs (no early stopping)
+    assert seen["hidden"] == (512, 256, 128) and seen["dropout"] == (0.2, 0.2)
+    assert (seen["lr"], seen["weight_decay"], seen["batch_size"]) == (2e-4, 5e-4, 128)
+    assert seen["epochs"] == 150 and seen["patience"] == 0
+    assert set(PAPER_RECIPE) <= set(get_attack("rapid").params)
+
+
+def test_threshold_rows_are_public_seeded_and_blind_to_the_target(digits_bank):
+    view = TargetView.of(digits_bank, 0)
+    a = run_attack("rapid", view, **FAST)
+    public = ~digits_bank.audit & ~digits_bank.population
+    rows = a.threshold_rows
+    assert rows is not None and rows.scores.size > 0 and public[rows.samples].all()
+    b = run_attack("rapid", view, **FAST)
+    np.testing.assert_array_equal(a.threshold_rows.scores, b.threshold_rows.scores)
+    # the evaluated rows (the target's outputs on the audit samples) move neither the scorer
+    # nor its held-out rows, hence neither the epoch nor the threshold
+    scrambled = digits_bank.logits.copy()
+    audit = digits_bank.audit
+    scrambled[0][audit] = np.random.default_rng(1).normal(size=scrambled[0][audit].shape)
+    c = run_attack("rapid", TargetView.of(_variant(digits_bank, logits=scrambled), 0), **FAST)
+    np.testing.assert_array_equal(c.threshold_rows.scores, rows.scores)
+    np.testing.assert_array_equal(c.scores[~audit], a.scores[~audit])

@@ -72,3 +72,19 @@ def test_too_few_shadows_is_a_clear_error(digits_bank):
         run_attack("shokri", TargetView.of(bank, 0))
     with pytest.raises(AttackError, match="at least 1 shadow"):
         shokri_score(TargetView.of(bank, 0), **{**get_attack("shokri").params, **FAST})
+
+
+@pytest.mark.parametrize("name", ["shokri", "shokri-per-class"])
+def test_threshold_rows_are_public_and_scored_by_the_sample_classifier(digits_bank, name):
+    view = TargetView.of(digits_bank, 0)
+    result = run_attack(name, view, **FAST)
+    rows = result.threshold_rows
+    public = ~digits_bank.audit & ~digits_bank.population
+    assert rows is not None and rows.scores.size > 0 and public[rows.samples].all()
+    assert np.isfinite(rows.scores).all()
+    again = run_attack(name, view, **FAST)
+    np.testing.assert_array_equal(again.threshold_rows.scores, rows.scores)
+    np.testing.assert_array_equal(again.scores, result.scores)
+    # early stopping on the held-out rows is there too (off by default), at most `epochs`
+    stopped = run_attack(name, view, **{**FAST, "early_stopping": True, "patience": 2})
+    assert np.isfinite(stopped.scores).all() and stopped.threshold_rows is not None

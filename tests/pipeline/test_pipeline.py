@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from miaudit.attacks import TargetView
-from miaudit.config import config_from_dict
+from miaudit.config import MetricsConfig, config_from_dict
 from miaudit.errors import AttackError, ConfigError
 from miaudit.pipeline import default_queries, evaluate_bank, public_threshold, run
 
@@ -275,3 +275,39 @@ def test_text_runs_query_plain_unless_rapid_asks_for_perturbations():
     queries = default_queries("tokens", ["loss", "rapid"])
     assert len(queries) == 8 and queries[:3] == ["plain", "token-dropout-1", "adjacent-swap-1"]
     assert default_queries("tabular", ["rapid"]) == ["plain"]
+
+
+def test_scorer_thresholds_come_from_their_held_out_rows_without_a_rerun(
+    digits_bank, monkeypatch
+):
+    from miaudit.pipeline import evaluate as evaluate_module
+
+    calls = []
+    real = evaluate_module.public_threshold
+    monkeypatch.setattr(evaluate_module, "public_threshold",
+                        lambda *a: calls.append(a[0]) or real(*a))  # fmt: skip
+    params = {"rapid": {"epochs": 12, "max_train_samples": 2000}}
+    result = evaluate_bank(digits_bank, 0, ["rapid", "loss"], attack_params=params,
+                           metric_cfg=MetricsConfig(bootstrap=0), progress=False)  # fmt: skip
+    assert calls == ["loss"]  # non-scorer attacks: the rerun with a reference as target
+    run_ = evaluate_module.run_attack("rapid", TargetView.of(digits_bank, 0), **params["rapid"])
+    expected = evaluate_module.rows_threshold(run_.threshold_rows)
+    assert result.outcome("rapid").metrics["threshold"] == expected
+    # holdout 0: no held-out rows, so the attack is rerun as before
+    params = {"rapid": {**params["rapid"], "holdout": 0.0}}
+    evaluate_bank(digits_bank, 0, ["rapid"], attack_params=params,
+                  metric_cfg=MetricsConfig(bootstrap=0), progress=False)  # fmt: skip
+    assert calls == ["loss", "rapid"]
+
+
+def test_threshold_rows_on_audit_samples_are_refused(digits_bank, monkeypatch):
+    from miaudit.attacks import base
+
+    def cheat(view):
+        audit = np.flatnonzero(view.audit)[:4]
+        rows = base.ThresholdRows(np.zeros(4), np.array([0, 1, 0, 1], bool), audit)
+        return base.Scored(np.zeros(view.n_samples), rows)
+
+    monkeypatch.setitem(base._REGISTRY, "cheat", base.AttackSpec("cheat", cheat, base.Needs(), ""))
+    with pytest.raises(AttackError, match="public data only"):
+        base.run_attack("cheat", TargetView.of(digits_bank, 0))

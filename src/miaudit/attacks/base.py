@@ -3,7 +3,10 @@
 An attack is a pure function `fn(view: TargetView, **params) -> np.ndarray` returning one
 float64 score per bank sample (higher = more likely a member; NaN = cannot score). It never
 touches a model. `TargetView` exposes everything in the bank except the target's membership,
-so no attack can peek at the answer.
+so no attack can peek at the answer. An attack that scores public rows of known membership on
+its way (a scorer's held-out shadow rows) may return `Scored(scores, ThresholdRows(...))`
+instead: the pipeline then picks its public-data threshold on those rows rather than running
+the attack again with a reference as target (`run_attack` checks that they are public).
 """
 
 from __future__ import annotations
@@ -346,12 +349,32 @@ def get_attack(name: str) -> AttackSpec:
     return _REGISTRY[name]
 
 
+@dataclass(frozen=True)
+class ThresholdRows:
+    """Scores of public rows whose membership the attacker knows (e.g. a scorer's held-out
+    shadow rows), from which Watson et al.'s accuracy threshold is chosen (docs/algorithms.md
+    §12). A sample may appear once per shadow model, labelled by that model's membership."""
+
+    scores: np.ndarray  # float64 [k]; NaN rows are ignored
+    members: np.ndarray  # bool [k]: a member of the model that produced the row
+    samples: np.ndarray  # int [k]: bank index of each row's sample (must be public)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What an attack may return instead of its scores alone."""
+
+    scores: np.ndarray  # float64 [N]
+    threshold_rows: ThresholdRows | None = None  # None: the pipeline reruns the attack
+
+
 @dataclass
 class AttackRun:
     name: str
     scores: np.ndarray  # float64 [N]; NaN where the attack could not score
     seconds: float
     n_unscorable: int  # among audit samples
+    threshold_rows: ThresholdRows | None = None  # the attack's own public rows, if it has any
 
 
 def run_attack(name: str, view: TargetView, **overrides: Any) -> AttackRun:
@@ -365,16 +388,37 @@ def run_attack(name: str, view: TargetView, **overrides: Any) -> AttackRun:
         )
     spec.needs.check(view, name)
     start = time.perf_counter()
-    scores = np.asarray(spec.fn(view, **{**spec.params, **overrides}), dtype=np.float64)
+    returned = spec.fn(view, **{**spec.params, **overrides})
     seconds = time.perf_counter() - start
+    rows = returned.threshold_rows if isinstance(returned, Scored) else None
+    scores = np.asarray(scores_of(returned), dtype=np.float64)
     if scores.shape != (view.n_samples,):
         raise AttackError(
             f"attack '{name}' returned shape {scores.shape}; expected [{view.n_samples}]."
         )
     if np.isinf(scores).any():
         raise AttackError(f"attack '{name}' returned infinite scores; this is a bug in it.")
+    if rows is not None:
+        _check_public(name, view, rows)
     n_unscorable = int(np.isnan(scores[view.audit]).sum())
-    return AttackRun(name, scores, seconds, n_unscorable)
+    return AttackRun(name, scores, seconds, n_unscorable, rows)
+
+
+def scores_of(returned: np.ndarray | Scored) -> np.ndarray:
+    """An attack function's scores, whether it returned them alone or as `Scored`."""
+    return returned.scores if isinstance(returned, Scored) else returned
+
+
+def _check_public(name: str, view: TargetView, rows: ThresholdRows) -> None:
+    samples = np.asarray(rows.samples)
+    if not (len(rows.scores) == len(rows.members) == samples.size):
+        raise AttackError(f"attack '{name}' returned threshold rows of unequal lengths.")
+    public = ~view.audit & ~view.population & ~view.canary
+    if samples.size and not public[samples].all():
+        raise AttackError(
+            f"attack '{name}' returned threshold rows on audited, population or canary "
+            "samples; a threshold is chosen on public data only. This is a bug in it."
+        )
 
 
 def masked_query_means(

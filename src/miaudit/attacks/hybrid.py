@@ -13,8 +13,9 @@ Features, for the target and for every shadow view (`TargetView.as_shadow`, leav
     sign(x)*log1p(|x|) so that LiRA's unbounded log-densities do not swamp the standardisation;
   - for each such attack a 0/1 "missing" indicator; its NaN scores (e.g. lira-online on a sample
     with no IN reference in a shadow view) are replaced by the median over the shadow rows.
-The scorer, training and scoring are RAPID's (`shadow.scorer_attack`). Samples with no OUT
-reference get NaN, as in RAPID.
+The scorer, training (early stopping on held-out shadow rows, which also give the public-data
+threshold) and scoring are RAPID's (`rapid.rapid_scorer_attack`, `rapid.RAPID_DEFAULTS`).
+Samples with no OUT reference get NaN, as in RAPID.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, TargetView, get_attack, register_attack
+from miaudit.attacks.base import Needs, Scored, TargetView, get_attack, register_attack, scores_of
 from miaudit.attacks.rapid import RAPID_DEFAULTS, rapid_features, rapid_scorer_attack
 from miaudit.attacks.shadow import Featurizer
 from miaudit.errors import AttackError
@@ -56,7 +57,8 @@ def hybrid_featurizer(names: Sequence[str]) -> Featurizer:
 
     def featurize(view: TargetView) -> tuple[np.ndarray, np.ndarray]:
         base, scorable = rapid_features(view)
-        extra = [np.asarray(spec.fn(view, **spec.params), dtype=np.float64) for spec in specs]
+        extra = [np.asarray(scores_of(spec.fn(view, **spec.params)), dtype=np.float64)
+                 for spec in specs]
         columns = [_symlog(np.where(np.isfinite(e), e, np.nan)) for e in extra]
         return np.column_stack([base, *columns]), scorable
 
@@ -92,7 +94,7 @@ def fit_imputer(features: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
 )
 def rapid_hybrid_score(
     view: TargetView, *, extra_attacks: Sequence[str] = DEFAULT_EXTRA_ATTACKS, **params: Any
-) -> np.ndarray:
+) -> Scored:
     """Member log-odds of the hybrid scorer; NaN where no reference is OUT for the sample.
     Other parameters: RAPID's (`rapid.RAPID_DEFAULTS`)."""
     names = usable_extra_attacks(view, extra_attacks)

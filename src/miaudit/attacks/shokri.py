@@ -6,8 +6,12 @@ Attack-training rows come from shadow models (every reference by default, via
 descending order (optionally only the `top_k` largest), plus the one-hot true label when
 `use_label`; label = membership in that shadow, balanced per shadow. Attack classifier: a torch
 MLP with one hidden layer of 64 ReLU units (features standardised on the shadow rows), trained
-with BCE / Adam for a fixed number of epochs by the shared, seeded trainer in `shadow.py`.
-The score is the classifier's member log-odds.
+with BCE / Adam (batch 128) for a fixed 50 epochs by the shared, seeded trainer in `shadow.py`.
+`holdout` of the shadows' public rows (never audited, population or canary samples) is held
+out and never trained on; their scores give the pipeline its public-data threshold without a
+second training. `early_stopping=True` would stop on their BCE after `patience` epochs without
+a new best; off by default: on a development bank held-out loss bottomed out well before the
+held-out AUC peaked (docs/algorithms.md §8). The score is the classifier's member log-odds.
 
 `shokri` trains one global classifier. `shokri-per-class` trains one per true class as in the
 original; a class with fewer than `min_class_rows` member or non-member rows falls back to the
@@ -22,8 +26,8 @@ from typing import Any
 import numpy as np
 from scipy.special import softmax
 
-from miaudit.attacks.base import Needs, TargetView, register_attack
-from miaudit.attacks.shadow import MLPScorer, build_shadow_set, train_scorer
+from miaudit.attacks.base import Needs, Scored, TargetView, register_attack
+from miaudit.attacks.shadow import MLPScorer, build_shadow_split, threshold_rows, train_scorer
 
 
 def shokri_featurizer(
@@ -51,6 +55,9 @@ _PARAMS = dict(
     lr=1e-3,
     weight_decay=0.0,
     batch_size=128,
+    early_stopping=False,
+    patience=5,
+    holdout=0.2,
     n_shadows=None,
     max_train_samples=20_000,
     seed=0,
@@ -68,17 +75,19 @@ def _shokri(
     lr: float,
     weight_decay: float,
     batch_size: int,
+    early_stopping: bool,
+    patience: int,
+    holdout: float,
     n_shadows: int | None,
     max_train_samples: int,
     seed: int,
     min_class_rows: int = 20,
-) -> np.ndarray:
+) -> Scored:
     featurize = shokri_featurizer(top_k, use_label)
-    rows = build_shadow_set(
-        view, featurize, n_shadows=n_shadows, max_train_samples=max_train_samples, seed=seed
-    )
+    rows, held = build_shadow_split(view, featurize, n_shadows=n_shadows, holdout=holdout,
+                                    max_train_samples=max_train_samples, seed=seed)  # fmt: skip
 
-    def fit(select: np.ndarray, desc: str) -> MLPScorer:
+    def fit(select: np.ndarray, held_select: np.ndarray, desc: str) -> MLPScorer:
         return train_scorer(
             rows.features[select],
             rows.labels[select],
@@ -90,11 +99,15 @@ def _shokri(
             batch_size=batch_size,
             seed=seed,
             desc=desc,
+            validation=(held.features[held_select], held.labels[held_select]),
+            patience=int(patience) if early_stopping else 0,
         )
 
     features, _ = featurize(view)
     scores = np.full(view.n_samples, np.nan)
+    held_scores = np.full(len(held), np.nan)
     remaining = np.ones(view.n_samples, dtype=bool)
+    held_class = view.labels[held.sample]
     if per_class:
         row_class = view.labels[rows.sample]
         for c in range(view.n_classes):
@@ -102,17 +115,20 @@ def _shokri(
             n_members = int(rows.labels[select].sum())
             if min(n_members, int(select.sum()) - n_members) < min_class_rows:
                 continue  # too few rows of one kind: the global classifier scores this class
-            targets = view.labels == c
-            scores[targets] = fit(select, f"training the shokri scorer of class {c}").logit(
-                features[targets]
-            )
+            targets, mine = view.labels == c, held_class == c
+            scorer = fit(select, mine, f"training the shokri scorer of class {c}")
+            scores[targets] = scorer.logit(features[targets])
+            held_scores[mine] = scorer.logit(held.features[mine])
             remaining &= ~targets
     if remaining.any():
-        everything = np.ones(len(rows), dtype=bool)
-        scores[remaining] = fit(everything, "training the shokri scorer").logit(
-            features[remaining]
-        )
-    return scores
+        everything = np.ones(len(held), dtype=bool)
+        scorer = fit(np.ones(len(rows), dtype=bool), everything, "training the shokri scorer")
+        scores[remaining] = scorer.logit(features[remaining])
+        rest = np.isin(held_class, np.unique(view.labels[remaining]))
+        held_scores[rest] = scorer.logit(held.features[rest])
+    if holdout == 0:
+        return Scored(scores)  # no held-out rows: the pipeline reruns the attack for it
+    return Scored(scores, threshold_rows(held, held_scores))
 
 
 @register_attack(
@@ -122,7 +138,7 @@ def _shokri(
     description="Shokri et al. S&P'17: one MLP attack classifier on sorted probabilities + label",
     **_PARAMS,
 )
-def shokri_score(view: TargetView, **params: Any) -> np.ndarray:
+def shokri_score(view: TargetView, **params: Any) -> Scored:
     """Member log-odds from one global attack classifier."""
     return _shokri(view, per_class=False, **params)
 
@@ -135,6 +151,6 @@ def shokri_score(view: TargetView, **params: Any) -> np.ndarray:
     min_class_rows=20,
     **_PARAMS,
 )
-def shokri_per_class_score(view: TargetView, **params: Any) -> np.ndarray:
+def shokri_per_class_score(view: TargetView, **params: Any) -> Scored:
     """Member log-odds from per-class attack classifiers, the global one as fallback."""
     return _shokri(view, per_class=True, **params)

@@ -11,6 +11,7 @@ import numpy as np
 
 from miaudit import metrics
 from miaudit.attacks import TargetView, get_attack, run_attack
+from miaudit.attacks.base import AttackRun, ThresholdRows
 from miaudit.config import CanariesConfig, MetricsConfig
 from miaudit.errors import AttackError
 from miaudit.pipeline.epsilon import EpsilonPlan, privacy_audit
@@ -27,7 +28,7 @@ def model_accuracies(bank: SignalBank) -> list[dict[str, Any]]:
     Canaries are left out: a mislabelled canary is no measure of accuracy."""
     if bank.has_sequences:
         return _lm_losses(bank)
-    correct = bank.logits[:, :, 0, :].argmax(axis=-1) == bank.labels[None, :]
+    correct = bank.predicted_classes(0) == bank.labels[None, :]
     kept = _not_canaries(bank)
     correct = correct[:, kept]
     rows = []
@@ -91,6 +92,28 @@ def public_threshold(name: str, view: TargetView, params: dict[str, Any]) -> flo
     return None
 
 
+def rows_threshold(rows: ThresholdRows) -> float | None:
+    """Watson et al.'s accuracy threshold on an attack's own public rows (`ThresholdRows`:
+    e.g. a scorer's held-out shadow rows, which `run_attack` checked lie on non-audit,
+    non-population, non-canary samples). None when they hold no member or no non-member."""
+    finite = ~np.isnan(rows.scores)
+    scores, known = rows.scores[finite], rows.members[finite]
+    if scores.size < 2 or known.all() or not known.any():
+        return None
+    return metrics.best_accuracy_threshold(scores, known)
+
+
+def attack_threshold(
+    result: AttackRun, view: TargetView, params: dict[str, Any]
+) -> float | None:
+    """The public-data threshold of an attack's run: on the rows it scored for it when it did
+    (no second run), else `public_threshold` (the attack run again with a reference as
+    target)."""
+    if result.threshold_rows is not None:
+        return rows_threshold(result.threshold_rows)
+    return public_threshold(result.name, view, params)
+
+
 def evaluate_bank(
     bank: SignalBank,
     target: int,
@@ -150,7 +173,7 @@ def evaluate_bank(
         result = run_attack(name, view, **params)
         scores = result.scores[bank.audit]
         started = time.perf_counter()
-        threshold = public_threshold(name, view, params) if thresholds else None
+        threshold = attack_threshold(result, view, params) if thresholds else None
         threshold_seconds = time.perf_counter() - started
         metric = metrics.evaluate(
             scores, members, fprs=metric_cfg.fprs, n_bootstrap=metric_cfg.bootstrap,
@@ -168,7 +191,8 @@ def evaluate_bank(
             "queries_per_sample": round(spec.queries_per_sample(view), 1),
             "score_seconds": round(result.seconds, 4),
         }
-        if thresholds:  # the attack run again with a reference as target (scorers retrain)
+        if thresholds:  # the attack run again with a reference as target, unless it scored
+            # public rows of its own (a scorer's held-out shadow rows): then ~0
             cost["threshold_seconds"] = round(threshold_seconds, 4)
         if train_seconds is not None:
             cost["train_seconds"] = round(float(sum(train_seconds[m] for m in used)), 2)
