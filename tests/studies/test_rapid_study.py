@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from miaudit.attacks.rapid import PAPER_RECIPE
 from miaudit.studies.rapid import SETUPS, cells, settings, work
 from miaudit.studies.rapid.report import PAPER_NUMBERS, paper_table, summarize
 from miaudit.studies.registry import get_study, resolve_config
@@ -60,15 +61,18 @@ def test_cells_follow_the_config():
         p["references"] == [4] and p["query_counts"] == [] for p in dp)
     assert all(c.params["references"] == [2, 4, 8] for c in cpu if c.params["epsilon"] is None)
     assert len(cells(resolve_config(study, "paper"))) > len(cpu)
-    assert cpu[0].params["attack_params"] == {
-        "rapid": {"max_train_samples": 4000}, "lira-offline": {"equal_counts": False},
+    paper_recipe = {**PAPER_RECIPE, "hidden": list(PAPER_RECIPE["hidden"])}
+    assert cpu[0].params["attack_params"] == {  # the study runs RAPID's paper recipe
+        "rapid": {**paper_recipe, "max_train_samples": 4000},
+        "lira-offline": {"equal_counts": False},
         "lira-offline-fixed-variance": {"equal_counts": False}}
     tiny = resolve_config(study, "cpu", {
         "datasets": ["digits", "mine"], "repetitions": 1, "dp": {"datasets": [], "epsilons": []},
         "extra_setups": {"mine": SETUPS["digits"]}, "attack_params": {"rapid": {"epochs": 5}}})
     made = cells(tiny)
     assert [c.params["dataset"] for c in made] == ["digits", "mine"]
-    assert made[0].params["attack_params"]["rapid"] == {"max_train_samples": 4000, "epochs": 5}
+    assert made[0].params["attack_params"]["rapid"] == {**paper_recipe, "max_train_samples": 4000,
+                                                        "epochs": 5}
     with pytest.raises(StudyError, match="no entry under setups"):
         cells(resolve_config(study, "cpu", {"datasets": ["svhn"]}))
     with pytest.raises(StudyError, match="at least 2 references"):
