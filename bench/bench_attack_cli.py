@@ -4,7 +4,7 @@ Not run in CI. Usage (from the repository root):
 
     .venv/bin/python bench/bench_attack_cli.py [--samples 100000] [--models 64]
         [--bank /tmp/miaudit-bench/bank.npz] [--repeat 3] [--profile]
-        [--src /tmp/wt-head/src] [--json FILE]
+        [--phases] [--src /tmp/wt-head/src] [--json FILE]
 
 Builds (once; kept at `--bank`) the scoring benchmark's bank, N samples x M models x Q=2
 queries x C=10 classes, with `bench_scoring.synthetic_bank` (same seed, same design), saved
@@ -20,7 +20,9 @@ with `uptime` before and after each run. `--src DIR` runs another checkout's cod
 cProfile and prints the phases: imports (cumulative time of the outermost `import` calls), bank
 load, statistics pass and attacks, metrics with their CIs, model accuracies, ε bounds, scores.csv,
 figures, HTML, writing. Profiled times are inflated by cProfile (most in Python-heavy code:
-matplotlib); a phase's time includes the imports first triggered inside it.
+matplotlib); a phase's time includes the imports first triggered inside it. `--phases` adds one
+run timed by wall clock instead (no profiler): the imports first, then each phase's functions
+wrapped with a timer (scores.csv runs on its own thread beside the figures: its time overlaps).
 """
 
 from __future__ import annotations
@@ -141,6 +143,67 @@ def profile_run(args: argparse.Namespace, names: list[str]) -> dict[str, float]:
     return phases
 
 
+# Run in a fresh process by `--phases`: imports timed first, then each phase's functions wrapped
+# with a wall-clock timer (those missing from older code are skipped), then the command.
+PHASES_SCRIPT = r"""
+import contextlib, importlib, io, sys, time
+t0 = time.perf_counter()
+for name in ("miaudit.cli", "miaudit.attacks", "miaudit.io", "miaudit.pipeline.evaluate",
+             "miaudit.signals", "miaudit.report", "miaudit.report.write", "miaudit.metrics",
+             "miaudit.pipeline.epsilon"):
+    importlib.import_module(name)
+seconds = {"imports": time.perf_counter() - t0}
+mod = sys.modules
+
+def wrap(owner, name, phase):
+    raw = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    if raw is None:
+        return
+    cls_method = isinstance(raw, classmethod)
+    func = raw.__func__ if cls_method else raw
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - start
+    setattr(owner, name, classmethod(timed) if cls_method else timed)
+
+ev, wr = mod["miaudit.pipeline.evaluate"], mod["miaudit.report.write"]
+ep = mod["miaudit.pipeline.epsilon"]
+wrap(mod["miaudit.signals"].SignalBank, "load", "bank load")
+wrap(ev, "run_attack", "statistics + attacks")
+wrap(ev, "attack_threshold", "thresholds")
+wrap(ev.metrics, "evaluate", "metrics + CIs")
+wrap(ev, "model_accuracies", "model accuracies")
+wrap(ep.EpsilonPlan, "of", "ε plan")
+wrap(ep.EpsilonPlan, "bounds", "ε bounds")
+wrap(wr, "scores_csv", "scores.csv")
+wrap(wr, "roc_png", "roc.png")
+wrap(wr, "histograms_png", "histograms.png")
+wrap(wr, "render_html", "HTML")
+wrap(mod["miaudit.report"], "format_table", "table")
+start = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    mod["miaudit.cli"].main(sys.argv[1:])
+seconds["command (after imports)"] = time.perf_counter() - start
+seconds["whole"] = time.perf_counter() - t0
+for phase, value in seconds.items():
+    print(f"{phase}\t{value}")
+"""
+
+
+def phases_run(args: argparse.Namespace, names: list[str]) -> dict[str, float]:
+    """One run timed by wall clock, phase by phase (`PHASES_SCRIPT`): seconds per phase."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = command(args, names, tmp + "/out")
+        cmd[1:2] = ["-c", PHASES_SCRIPT]  # the script instead of the console entry point
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=environment(args))
+    if proc.returncode != 0:
+        sys.exit(f"phases run failed:\n{proc.stderr[-3000:]}")
+    return {k: float(v) for k, v in (line.split("\t") for line in proc.stdout.splitlines())}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=100_000)
@@ -148,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bank", type=Path, default=Path("/tmp/miaudit-bench/bank.npz"))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="one more run under cProfile")
+    parser.add_argument("--phases", action="store_true",
+                        help="one more run, each phase timed by wall clock (no profiler)")
     parser.add_argument("--src", help="run this source tree's miaudit (PYTHONPATH)")
     parser.add_argument("--json", help="append the figures to this file")
     parser.add_argument("--attacks", default=BANK_ATTACKS, help="comma-separated attack names")
@@ -168,9 +233,16 @@ def main(argv: list[str] | None = None) -> None:
     phases = profile_run(args, names) if args.profile else {}
     for phase, seconds in phases.items():
         print(f"  {phase:24s} {seconds:6.2f} s (cProfile)")
+    wall = {}
+    if args.phases:
+        before = uptime()
+        wall = phases_run(args, names)
+        print(f"phases (wall clock; load before {before.split('load average:')[-1].strip()}):")
+    for phase, seconds in wall.items():
+        print(f"  {phase:24s} {seconds:6.2f} s")
     if args.json:
         record = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "src": args.src,
-                  "attacks": names, "runs": runs, "profile": phases}
+                  "attacks": names, "runs": runs, "profile": phases, "phases": wall}
         with open(args.json, "a") as handle:
             handle.write(json.dumps(record) + "\n")
 

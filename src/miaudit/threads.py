@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import torch
-
 from miaudit.errors import ConfigError
 
 
@@ -24,6 +22,8 @@ def cpu_threads(num_threads: int | None) -> Iterator[None]:
         return
     if int(num_threads) < 1:
         raise ConfigError(f"num_threads must be >= 1 or None, got {num_threads}.")
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(int(num_threads))
     try:

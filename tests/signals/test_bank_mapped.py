@@ -41,6 +41,18 @@ def test_an_uncompressed_bank_maps_its_logits_and_scores_the_same(tmp_path):
     np.testing.assert_array_equal(mapped.logits, bank.logits)  # still readable after release
 
 
+def test_predicted_classes_come_from_the_statistics_pass_or_a_pass_of_their_own():
+    bank = _bank()
+    expected = bank.logits[:, :, 0, :].argmax(axis=-1)
+    alone = _bank()  # no statistics yet: its own pass over the logits
+    np.testing.assert_array_equal(alone.predicted_classes(0), expected)
+    assert alone.predicted_classes(0).dtype == np.int64
+    bank.statistics.get("loss")  # every model: the pass recorded them
+    got = bank.predicted_classes(0)
+    assert got.dtype == np.uint8 and not got.flags.writeable
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_the_statistics_pass_over_mapped_logits_goes_a_group_of_models_at_a_time(
     tmp_path, monkeypatch
 ):

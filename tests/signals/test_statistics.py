@@ -3,7 +3,6 @@
 import mpmath
 import numpy as np
 import pytest
-import torch
 
 from miaudit.signals.statistics import STATISTICS, StatisticCache, compute_statistics
 
@@ -42,9 +41,9 @@ CASES = [
 @pytest.mark.parametrize("names", [STATISTICS, ("loss", "phi", "log_confidence")])
 @pytest.mark.parametrize("z, y", CASES)
 def test_every_statistic_is_accurate_to_near_machine_precision(z, y, names):
-    logits = torch.tensor(z, dtype=torch.float64).view(1, 1, 1, -1)
-    got = compute_statistics(logits, torch.tensor([y]), names)
-    assert torch.equal(logits.flatten(), torch.tensor(z, dtype=torch.float64))  # not modified
+    logits = z.astype(np.float64).reshape(1, 1, 1, -1)
+    got = compute_statistics(logits, np.array([y]), names)
+    np.testing.assert_array_equal(logits.ravel(), z)  # not modified
     want = _reference(z, y)
     assert set(got) == set(names)
     for name in names:
@@ -67,11 +66,20 @@ def test_cache_returns_read_only_views_and_subsets():
 
 
 def test_extreme_logit_gaps_stay_finite():
-    z = torch.tensor([[[[900.0, 0.0, -5.0]]]], dtype=torch.float64)
-    stats = compute_statistics(z, torch.tensor([0]), STATISTICS)
+    z = np.array([[[[900.0, 0.0, -5.0]]]])
+    stats = compute_statistics(z, np.array([0]), STATISTICS)
     for name, value in stats.items():
-        assert torch.isfinite(value).all(), name
+        assert np.isfinite(value).all(), name
     assert stats["phi"].item() > 700
+
+
+def test_torch_tensors_are_accepted():
+    torch = pytest.importorskip("torch")
+    logits, labels = _logits(m=2, n=40)
+    want = compute_statistics(logits, labels, STATISTICS)
+    got = compute_statistics(torch.from_numpy(logits), torch.from_numpy(labels), STATISTICS)
+    for name in STATISTICS:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
 def _logits(m=5, n=300, q=2, c=6, seed=0):
@@ -81,23 +89,31 @@ def _logits(m=5, n=300, q=2, c=6, seed=0):
     return logits.astype(np.float32), rng.integers(0, c, n)
 
 
-def test_cache_pass_in_threads_and_blocks_equals_one_direct_call(monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cache_pass_in_threads_and_blocks_equals_one_direct_call(monkeypatch, threads):
     from miaudit.signals import statistics
 
     monkeypatch.setattr(statistics, "_BLOCK_BYTES", 1000)  # many blocks of a few samples
+    monkeypatch.setattr(statistics, "pass_threads", lambda: threads)
     logits, labels = _logits()
-    want = compute_statistics(torch.from_numpy(logits), torch.from_numpy(labels), STATISTICS)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)  # two worker threads
-    try:
-        cache = StatisticCache(logits, labels)
-        got = {name: cache.get(name) for name in STATISTICS}
-        assert torch.get_num_threads() == 2  # the pass restores torch's setting
-    finally:
-        torch.set_num_threads(before)
-    want["prob_true"] = torch.from_numpy(np.exp(-got["loss"]))  # the cache derives it (numpy)
+    want = compute_statistics(logits, labels, STATISTICS)
+    cache = StatisticCache(logits, labels)
+    assert cache.predicted(0) is None  # no pass yet
+    got = {name: cache.get(name) for name in STATISTICS}
+    want["prob_true"] = np.exp(-got["loss"])  # the cache derives it
     for name in STATISTICS:
-        np.testing.assert_array_equal(got[name], want[name].numpy(), err_msg=name)
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    for query in (0, 1):  # recorded by the pass: argmax, the first maximum on ties
+        np.testing.assert_array_equal(cache.predicted(query), logits[:, :, query].argmax(-1))
+
+
+def test_predicted_classes_need_every_model_passed():
+    logits, labels = _logits()
+    cache = StatisticCache(logits, labels)
+    cache.get("loss", [0, 2])
+    assert cache.predicted(0) is None
+    cache.get("neg_entropy", [1, 3, 4])  # either group records them
+    np.testing.assert_array_equal(cache.predicted(1), logits[:, :, 1].argmax(-1))
 
 
 def test_blocks_of_samples_and_query_means_match_the_whole_arrays(monkeypatch):
@@ -117,12 +133,20 @@ def test_blocks_of_samples_and_query_means_match_the_whole_arrays(monkeypatch):
         np.testing.assert_array_equal(got, want[:, 5:123], err_msg=name)
 
 
-def test_row_statistics_needs_contiguous_rows():
-    from miaudit.signals.statistics import row_statistics
+def test_column_statistics_needs_contiguous_float_columns():
+    from miaudit.signals.statistics import column_statistics
 
-    z = torch.zeros((4, 6), dtype=torch.float64)[:, ::2]
-    with pytest.raises(ValueError, match="contiguous"):
-        row_statistics(z, torch.zeros(4, dtype=torch.int64), ("loss",))
+    for z in (np.zeros((4, 6))[:, ::2], np.zeros((4, 3), dtype=np.int64)):
+        with pytest.raises(ValueError, match="contiguous"):
+            column_statistics(z, np.zeros(3, dtype=np.int64), ("loss",))
+
+
+def test_float32_logits_give_the_float64_statistics_of_their_values():
+    logits, labels = _logits(m=2, n=50)  # float32
+    got = compute_statistics(logits, labels, STATISTICS)
+    want = compute_statistics(logits.astype(np.float64), labels, STATISTICS)
+    for name in STATISTICS:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
 def test_sample_blocks_cover_every_sample_once():

@@ -18,10 +18,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 from miaudit.attacks.base import Scored, TargetView, ThresholdRows
 from miaudit.errors import AttackError
@@ -173,6 +175,8 @@ _SCORE_CHUNK = 16_384  # rows scored at once; bounds the float64 activations (~7
 
 
 def _network(n_in: int, hidden: Sequence[int], dropout: Sequence[float]) -> torch.nn.Sequential:
+    import torch
+
     layers: list[torch.nn.Module] = []
     width = n_in
     for i, h in enumerate(hidden):
@@ -195,6 +199,8 @@ class MLPScorer:
 
     def logit(self, features: np.ndarray) -> np.ndarray:
         """Member log-odds, float64 [rows]; NaN for rows with a NaN feature."""
+        import torch
+
         features = np.asarray(features, dtype=np.float64)
         out = np.full(features.shape[0], np.nan)
         ok = np.isfinite(features).all(axis=1)
@@ -230,6 +236,8 @@ def train_scorer(
     and keeps the best epoch's weights (at most `epochs`). The held-out rows are the caller's
     to keep apart from anything evaluated (`build_shadow_split`). ``desc`` labels its progress
     bar over epochs (:mod:`miaudit.progress`)."""
+    import torch
+
     features = _checked(features, labels, "training")
     mean = features.mean(axis=0)
     scale = features.std(axis=0)

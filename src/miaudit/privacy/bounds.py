@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats
+from scipy import special
 
 from miaudit.errors import ConfigError
 from miaudit.privacy._checks import (
@@ -86,9 +86,11 @@ def clopper_pearson_upper(k: ArrayLike, n: ArrayLike, level: float) -> np.ndarra
     if (n_arr < 1).any() or (k_arr < 0).any() or (k_arr > n_arr).any():
         raise ConfigError("counts must satisfy 0 <= k <= n and n >= 1")
     full = k_arr == n_arr
-    # beta.ppf is undefined at b = 0 (k = n): that bound is 1 by definition
+    # the Beta quantile is undefined at b = 0 (k = n): that bound is 1 by definition.
+    # special.betaincinv is scipy.stats.beta.ppf's Boost routine, bit for bit, without
+    # importing scipy.stats (~0.3 s)
     b = np.where(full, 1, n_arr - k_arr)
-    upper = np.where(full, 1.0, stats.beta.ppf(level, k_arr + 1, b))
+    upper = np.where(full, 1.0, special.betaincinv(k_arr + 1, b, level))
     return float(upper) if upper.ndim == 0 else upper
 
 

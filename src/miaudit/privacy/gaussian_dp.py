@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import optimize, stats
 
 from miaudit.errors import ConfigError
 from miaudit.privacy._checks import check_alpha, check_delta, check_error_counts
@@ -81,6 +80,8 @@ def gaussian_delta(epsilon: float, mu: float) -> float:
     """The least δ at which a μ-GDP mechanism is (ε, δ)-DP (Balle & Wang 2018)."""
     if mu <= 0.0:
         return 0.0
+    from scipy import stats  # here, not at import: scipy.stats costs ~0.3 s to import
+
     # e^ε Φ(·) in log space: e^ε alone overflows long before the product does
     scaled = math.exp(epsilon + stats.norm.logcdf(-epsilon / mu - mu / 2))
     return max(0.0, float(stats.norm.cdf(-epsilon / mu + mu / 2)) - scaled)
@@ -98,6 +99,8 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     hi = 1.0
     while gaussian_delta(hi, mu) > delta:  # δ(ε) falls to 0 as ε grows
         hi *= 2.0
+    from scipy import optimize
+
     return float(optimize.brentq(lambda e: gaussian_delta(e, mu) - delta, 0.0, hi, xtol=1e-12))
 
 
@@ -108,6 +111,8 @@ def mu_array(fp: ArrayLike, n0: ArrayLike, fn: ArrayLike, n1: ArrayLike,
     level = 1.0 - alpha / 2
     fpr_up = np.asarray(clopper_pearson_upper(fp, n0, level))
     fnr_up = np.asarray(clopper_pearson_upper(fn, n1, level))
+    from scipy import stats
+
     # isf(1) = −inf: a rate bounded only by 1 certifies nothing
     return np.maximum(0.0, stats.norm.isf(fpr_up) + stats.norm.isf(fnr_up))
 

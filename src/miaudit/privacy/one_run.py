@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import special, stats
+from scipy import special
 
 from miaudit.errors import ConfigError
 from miaudit.privacy._checks import check_alpha, check_count, check_delta, check_scores
@@ -81,6 +81,8 @@ class OneRunBound:
 
 def _p_values(m: int, r: int, v: int, eps: np.ndarray, delta: float) -> np.ndarray:
     """p(ε, δ) at every ε of a 1-D array (module doc)."""
+    from scipy import stats  # here, not at import: scipy.stats costs ~0.3 s to import
+
     q = special.expit(eps)  # accuracy of ε-DP randomized response
     beta = stats.binom.sf(v - 1, r, q)  # P[W̃ ≥ v]
     if delta == 0.0 or v == 0:

@@ -14,7 +14,11 @@ from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, StepPatch
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator
 
 from miaudit.metrics import roc
 from miaudit.report.formatting import fmt_auc, pct
@@ -24,17 +28,25 @@ from miaudit.results import AuditResult
 
 MIN_FPR = 1e-5
 _LEGEND_INSIDE_MAX = 5
+# the ROC figure, inches: the axes (width, height), the margins around them (tick labels and
+# axis labels; the title above) and each legend row's height (fontsize 8) below them
+_ROC_AXES, _ROC_LEFT, _ROC_RIGHT, _ROC_TOP, _ROC_BELOW, _ROC_ROW_H = (
+    (6.3, 5.4), 0.85, 0.35, 0.35, 0.6, 0.17)
 _STYLES = ("-", "--", "-.", ":")
+_REPORT_PNG_LEVEL = 1  # zlib level of roc.png and histograms.png: fast, ~20% larger files
 _MEMBER_COLOR = "#d62728"
 _NONMEMBER_COLOR = "#1f77b4"
 
 
-def figure_png(fig: Figure, dpi: int = 120, *, tight: bool = True) -> bytes:
-    """PNG bytes of a figure (rendered with the Agg canvas); ``tight`` crops the margins."""
+def figure_png(fig: Figure, dpi: int = 120, *, tight: bool = True,
+               compress_level: int = 6) -> bytes:
+    """PNG bytes of a figure (rendered with the Agg canvas); ``tight`` crops the margins;
+    ``compress_level``: zlib's, 0-9 (1: about a fifth larger, encoded in a third of the time)."""
     if fig.canvas is None or not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight" if tight else None)
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight" if tight else None,
+                pil_kwargs={"compress_level": compress_level})
     return buf.getvalue()
 
 
@@ -63,10 +75,15 @@ def roc_steps(
 def roc_figure(result: AuditResult) -> Figure:
     """Log-log ROC curves (FPR 1e-5..1) of every attack, chance line, reported FPRs marked."""
     many = len(result.outcomes) > _LEGEND_INSIDE_MAX  # then the legend goes below the axes
-    extra_height = 0.2 * math.ceil((len(result.outcomes) + 2) / 2) if many else 0.0
-    fig = Figure(figsize=(7.5, 6.0 + extra_height), layout="constrained")
+    # Fixed margins in inches, not the constrained layout (measuring the log axes' ticks took
+    # longer than drawing the figure): the axes keep 6.3 x 5.4 in, the legend rows go below.
+    legend_h = _ROC_ROW_H * math.ceil((len(result.outcomes) + 2) / 2) + 0.2 if many else 0.0
+    width, height = _ROC_LEFT + _ROC_AXES[0] + _ROC_RIGHT, (
+        _ROC_TOP + _ROC_AXES[1] + _ROC_BELOW + legend_h)
+    fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    ax = fig.add_axes((_ROC_LEFT / width, (_ROC_BELOW + legend_h) / height,
+                       _ROC_AXES[0] / width, _ROC_AXES[1] / height))
     members = np.asarray(result.members, dtype=bool)
     n0 = int((~members).sum())
     fprs = reported_fprs(result)
@@ -111,17 +128,35 @@ def roc_figure(result: AuditResult) -> Figure:
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # minor ticks at 2 and 5 of each decade, not all 8
+        axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(_power_of_ten))
     ax.set_xlim(MIN_FPR, 1.0)
     ax.set_ylim(MIN_FPR, 1.02)
     ax.set_xlabel("false positive rate (non-members flagged)")
     ax.set_ylabel("true positive rate (members detected)")
-    ax.set_title("ROC, log-log: the low-FPR region is what matters")
+    # title and axis labels at fixed places: placing them measures every tick label again
+    ax.set_title("ROC, log-log: the low-FPR region is what matters", y=1.0, pad=6)
+    ax.xaxis.set_label_coords(0.5, -0.3 / _ROC_AXES[1])
+    ax.yaxis.set_label_coords(-0.62 / _ROC_AXES[0], 0.5)
     ax.grid(True, which="major", color="0.88", lw=0.6)
     if many:
-        fig.legend(loc="outside lower center", ncols=2, fontsize=8)
+        fig.legend(loc="lower center", bbox_to_anchor=(0.5, 0.06 / height), ncols=2, fontsize=8)
     else:
         ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
     return fig
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _power_of_ten(value: float, _pos: object = None) -> str:
+    """A log axis's tick label as plain text, 10⁻³ (matplotlib's default, $10^{-3}$, goes
+    through its TeX parser: a tenth of the ROC figure's time)."""
+    exponent = math.log10(value) if value > 0 else math.nan
+    if not math.isfinite(exponent) or abs(exponent - round(exponent)) > 1e-9:
+        return f"{value:g}"
+    return "10" + str(round(exponent)).translate(_SUPERSCRIPT)
 
 
 def normalised_ranks(scores: np.ndarray) -> np.ndarray:
@@ -142,24 +177,41 @@ def _ranks_and_ties(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     values = scores[valid]
     if values.size == 0:
         return out, np.zeros(0, dtype=np.int64)
-    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    below = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    order = np.argsort(values)  # ties share a rank: their order among themselves is moot
+    ordered = values[order]
+    below = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    counts = np.diff(np.append(below, values.size))  # how many share each distinct value
     mid = below + (counts + 1) / 2  # 1-based mid-rank of each distinct value
-    out[valid] = (mid[inverse.ravel()] - 0.5) / values.size
+    ranks = np.empty(values.size)
+    ranks[order] = np.repeat((mid - 0.5) / values.size, counts)
+    out[valid] = ranks
     return out, counts
 
 
 _RANK_BINS = 20  # ~5% of the samples per bin: smooth at a few hundred per group
-# the histogram grid, inches: each panel's size and the margins around its axes (a title of two
-# lines with the legend row under it above; tick labels and the x label below; the y label left)
-_PANEL_W, _PANEL_H, _SUPTITLE_H = 4.4, 3.2, 0.4
-_LEFT, _RIGHT, _ABOVE, _BELOW = 0.62, 0.13, 0.66, 0.45
+# the histogram grid, inches: each panel's size and the margins around its axes (a title of up
+# to two lines above; tick labels and the x label below; the y label left), and the band at
+# the top that holds the title and the one legend of all panels
+_PANEL_W, _PANEL_H, _SUPTITLE_H = 4.4, 3.0, 0.75
+_LEFT, _RIGHT, _ABOVE, _BELOW = 0.62, 0.13, 0.5, 0.45
+_GROUPS = (("members", _MEMBER_COLOR), ("non-members", _NONMEMBER_COLOR))
+_FLAT = {"color": "0.45", "lw": 0.8, "ls": "--"}
 
 
-def _hist_panel(ax, title: str, scores: np.ndarray, members: np.ndarray) -> None:
-    """Members vs non-members over the scores' normalised ranks (fraction of each group per
-    bin). Raw scores are unreadable in one layout for every attack (heavy tails, negative,
-    huge or tied values); ranks keep their order, which is all a threshold attack uses."""
+def rank_histogram(ranks: np.ndarray) -> np.ndarray:
+    """Share of `ranks` (normalised, in (0, 1)) in each of the `_RANK_BINS` equal bins."""
+    counts = np.histogram(ranks, bins=_RANK_BINS, range=(0.0, 1.0))[0]
+    return counts / max(1, ranks.size)
+
+
+def _hist_panel(ax, title: str, scores: np.ndarray, members: np.ndarray,
+                legend: bool = True) -> None:
+    """Members vs non-members over the scores' normalised ranks (share of each group per
+    bin), each group one filled step patch with its outline (`Axes.stairs` of precomputed
+    `np.histogram` counts: two artists, not one patch per bar). Raw scores are unreadable in
+    one layout for every attack (heavy tails, negative, huge or tied values); ranks keep their
+    order, which is all a threshold attack uses. `legend`: one on the panel (a grid of panels
+    shares the figure's instead)."""
     scores = np.asarray(scores, dtype=np.float64)
     n_nan = int(np.isnan(scores).sum())
     ranks, counts = _ranks_and_ties(scores)
@@ -173,7 +225,8 @@ def _hist_panel(ax, title: str, scores: np.ndarray, members: np.ndarray) -> None
     elif counts.size and counts.max() >= 0.05 * finite.sum():  # a spike: say what it is
         notes.append(f"{counts.max() / finite.sum():.0%} of samples tie at one score")
     # padded above the legend row that sits on the axes (see below)
-    ax.set_title(title + ("\n" + "; ".join(notes) if notes else ""), fontsize=9, pad=15)
+    ax.set_title(title + ("\n" + "; ".join(notes) if notes else ""), fontsize=9,
+                 pad=15 if legend else 4, y=1.0)  # y: placed as given, no tick measuring
     ax.tick_params(labelsize=8)
     ax.set_xlim(0, 1)
     ax.set_xlabel("rank among audit samples (0 lowest score, 1 highest)", fontsize=8)
@@ -182,20 +235,20 @@ def _hist_panel(ax, title: str, scores: np.ndarray, members: np.ndarray) -> None
         ax.text(0.5, 0.5, "no scorable samples", ha="center", va="center", transform=ax.transAxes)
         return
     edges = np.linspace(0, 1, _RANK_BINS + 1)
-    ax.axhline(1 / _RANK_BINS, color="0.45", lw=0.8, ls="--", label="no leak (flat)")
-    for part, color, lab in (
-        (ranks[finite & members], _MEMBER_COLOR, "members"),
-        (ranks[finite & ~members], _NONMEMBER_COLOR, "non-members"),
-    ):
+    ax.axhline(1 / _RANK_BINS, label="no leak (flat)", **_FLAT)
+    top = 1 / _RANK_BINS
+    for group, (label, color) in zip((members, ~members), _GROUPS, strict=True):
+        part = ranks[finite & group]
         if part.size:
-            weights = np.full(part.size, 1 / part.size)
-            ax.hist(part, bins=edges, weights=weights, histtype="stepfilled", alpha=0.35,
-                    color=color, label=lab)
-            ax.hist(part, bins=edges, weights=weights, histtype="step", color=color, lw=1.2)
-    ax.set_ylim(0, None)
-    # one row between the title and the axes: the legend never hides a bar
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3, fontsize=7,
-              frameon=False, borderaxespad=0.1, handlelength=1.5, columnspacing=1.0)
+            share = rank_histogram(part)
+            top = max(top, float(share.max()))
+            # added as an artist with the limits set below: autoscaling walks every segment
+            ax.add_artist(StepPatch(share, edges, fill=True, facecolor=to_rgba(color, 0.35),
+                                    edgecolor=color, lw=1.2, label=label))
+    ax.set_ylim(0, 1.05 * top)
+    if legend:  # one row between the title and the axes: the legend never hides a bar
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=3, fontsize=7,
+                  frameon=False, borderaxespad=0.1, handlelength=1.5, columnspacing=1.0)
 
 
 def _panel_title(outcome, mark: bool) -> str:
@@ -218,25 +271,32 @@ def histograms_figure(result: AuditResult) -> Figure:
     # panels took longer than drawing them; these fit the panels' titles, legends and labels.
     axes_w = _PANEL_W - _LEFT - _RIGHT
     axes_h = _PANEL_H - _ABOVE - _BELOW
-    axes = fig.subplots(nrows, ncols, squeeze=False, gridspec_kw={
-        "left": _LEFT / width, "right": 1 - _RIGHT / width,
-        "top": 1 - (_SUPTITLE_H + _ABOVE) / height, "bottom": _BELOW / height,
-        "wspace": (_LEFT + _RIGHT) / axes_w, "hspace": (_ABOVE + _BELOW) / axes_h})
     members = np.asarray(result.members, dtype=bool)
-    for i, (ax, outcome) in enumerate(zip(axes.flat, order, strict=False)):
+    for i, outcome in enumerate(order):  # one axes per attack (no hidden spares)
+        row, col = divmod(i, ncols)
+        ax = fig.add_axes(((col * _PANEL_W + _LEFT) / width,
+                           (height - _SUPTITLE_H - (row + 1) * _PANEL_H + _BELOW) / height,
+                           axes_w / width, axes_h / height))
         _hist_panel(ax, _panel_title(outcome, i == 0 and key is not None),
-                    np.asarray(outcome.scores, dtype=np.float64), members)
-    for i, ax in enumerate(axes.flat):
-        if i >= len(order):
-            ax.set_visible(False)
-            continue
-        # one label per column and per row, not per panel: the labels are the same for all
+                    np.asarray(outcome.scores, dtype=np.float64), members, legend=False)
+        # axis labels at fixed places: matplotlib otherwise measures every tick label of
+        # every panel again to place them (a third of the drawing time); few ticks (each is
+        # four artists); one label per column and per row, not per panel
+        ax.xaxis.set_label_coords(0.5, -0.24 / axes_h)
+        ax.yaxis.set_label_coords(-0.45 / axes_w, 0.5)
+        ax.xaxis.set_major_locator(FixedLocator([0.0, 0.5, 1.0]))
+        ax.yaxis.set_major_locator(MaxNLocator(4))
         if i + ncols < len(order):  # another panel below this one
             ax.set_xlabel("")
-        if i % ncols:
+        if col:
             ax.set_ylabel("")
     fig.suptitle("Where each attack ranks members and non-members (a leak piles members up "
                  "on the right)", fontsize=10, y=1 - 0.12 / height, va="top")
+    # one legend for every panel, under the title
+    handles = [Line2D([], [], **_FLAT), *(Patch(facecolor=to_rgba(color, 0.35), edgecolor=color,
+                                                lw=1.2) for _, color in _GROUPS)]
+    fig.legend(handles, ["no leak (flat)", *(label for label, _ in _GROUPS)], loc="upper center",
+               bbox_to_anchor=(0.5, 1 - 0.38 / height), ncols=3, fontsize=9, frameon=False)
     return fig
 
 
@@ -263,10 +323,12 @@ def calibration_figure(
 
 
 def roc_png(result: AuditResult) -> bytes:
-    """PNG bytes of :func:`roc_figure`."""
-    return figure_png(roc_figure(result), tight=False)  # constrained layout already fits
+    """PNG bytes of :func:`roc_figure` (its fixed margins already fit)."""
+    return figure_png(roc_figure(result), tight=False, compress_level=_REPORT_PNG_LEVEL)
 
 
 def histograms_png(result: AuditResult) -> bytes:
-    """PNG bytes of :func:`histograms_figure`."""
-    return figure_png(histograms_figure(result), tight=False)
+    """PNG bytes of :func:`histograms_figure`, at 100 dpi: 16 panels make a 1320 x 1900 px
+    image, every label still 10-12 px high."""
+    return figure_png(histograms_figure(result), dpi=100, tight=False,
+                      compress_level=_REPORT_PNG_LEVEL)

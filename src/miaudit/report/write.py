@@ -13,6 +13,7 @@ import io
 import math
 import re
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -80,28 +81,41 @@ def metrics_document(result: AuditResult) -> dict[str, Any]:
 
 def scores_csv(result: AuditResult) -> str:
     """CSV text ``index,row,member,<attack>...`` (``row``: the dataset row, only when the
-    result knows it; ``index``: the bank position); scores written with repr (exact round
-    trip)."""
+    result knows it; ``index``: the bank position); each score in its shortest decimal form
+    that reads back as exactly the same float64 ('nan', 'inf' and '-inf' as such), so the
+    file reproduces every score, and so every ranking, ROC and figure, bit for bit."""
     known = result.rows is not None
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow(
+    head = io.StringIO()
+    csv.writer(head, lineterminator="\n").writerow(
         ["index", *(["row"] if known else []), "member", *(o.name for o in result.outcomes)]
     )
-    cols = [_column(np.asarray(result.indices).astype(np.int64))]
+    cols = [np.asarray(result.indices).astype(np.int64)]
     if known:
-        cols.append(_column(np.asarray(result.rows).astype(np.int64)))
-    cols.append(_column(np.asarray(result.members, dtype=bool).astype(np.int64)))
-    cols += [_column(np.asarray(o.scores, dtype=np.float64)) for o in result.outcomes]
-    buf.writelines(",".join(row) + "\n" for row in zip(*cols, strict=True))
-    return buf.getvalue()
+        cols.append(np.asarray(result.rows).astype(np.int64))
+    cols.append(np.asarray(result.members, dtype=bool).astype(np.int64))
+    cols += [np.asarray(o.scores, dtype=np.float64) for o in result.outcomes]
+    return head.getvalue() + _csv_body(cols)
 
 
-def _column(values: np.ndarray) -> list[str]:
-    """``repr`` of each value (Python's shortest round-trip form for floats; 'nan'), written
-    by the list's own repr in C rather than one Python call per value."""
-    if values.size == 0:
-        return []
-    return repr(values.tolist())[1:-1].split(", ")
+def _csv_body(cols: list[np.ndarray]) -> str:
+    """The rows of equal-length int64 / float64 columns, written by pyarrow's CSV writer (C++:
+    the shortest round-trip digits of each float, as Python's repr finds them, in a fifth of
+    the time: 1.6M scores in 0.2 s instead of 1 s). Arrays wrap the numpy buffers directly
+    (`pyarrow.array` would import pandas)."""
+    if cols[0].size == 0:
+        return ""
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+
+    arrays = []
+    for values in cols:
+        values = np.ascontiguousarray(values)
+        kind = pa.float64() if values.dtype == np.float64 else pa.int64()
+        arrays.append(pa.Array.from_buffers(kind, values.size, [None, pa.py_buffer(values)]))
+    table = pa.Table.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
+    buf = io.BytesIO()
+    pa_csv.write_csv(table, buf, pa_csv.WriteOptions(include_header=False))
+    return buf.getvalue().decode("ascii")
 
 
 def summary_document(result: AuditResult) -> dict[str, Any]:
@@ -160,9 +174,13 @@ def write_report(
     # render everything before touching the disk (cheap checks first)
     extras = {name: _figure_bytes(name, fig) for name, fig in (extra_figures or {}).items()}
     metrics = metrics_document(result)
-    table_csv = scores_csv(result)
-    figures = {"roc": roc_png(result), "histograms": histograms_png(result), **extras}
-    page = render_html(result, figures)
+    # scores.csv is formatted by pyarrow without the GIL: on a second core, while the figures
+    # are drawn (its errors surface at .result(), before anything is written)
+    with ThreadPoolExecutor(1, thread_name_prefix="scores-csv") as pool:
+        table_csv = pool.submit(scores_csv, result)
+        figures = {"roc": roc_png(result), "histograms": histograms_png(result), **extras}
+        page = render_html(result, figures)
+        table_csv = table_csv.result()
     paths = {
         "metrics": out_dir / "metrics.json",
         "scores": out_dir / "scores.csv",

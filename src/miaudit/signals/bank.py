@@ -143,10 +143,14 @@ class SignalBank:
 
     def predicted_classes(self, query: int = 0) -> np.ndarray:
         """Each model's predicted class (argmax logit, the first on ties) under ``query``,
-        int64 [M, N], computed once a model at a time (no copy of the logits)."""
+        integer [M, N], read-only: from the statistics pass when it went over every model (it
+        records them on the way, in the smallest type that holds C), else computed once a
+        model at a time (int64; no copy of the logits)."""
         key = f"_predicted_{query}"
         if key not in self.__dict__:
-            self.__dict__[key] = model_by_model(self.logits, lambda z: z[:, query].argmax(-1))
+            known = self._statistics.predicted(query)
+            self.__dict__[key] = known if known is not None else model_by_model(
+                self.logits, lambda z: z[:, query].argmax(-1))
         return self.__dict__[key]
 
     @property
