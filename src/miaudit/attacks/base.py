@@ -79,6 +79,12 @@ class TargetView:
     def n_references(self) -> int:
         return int(self.reference_ids.size)
 
+    @property
+    def public(self) -> np.ndarray:
+        """bool [N]: the samples whose rows may choose anything (an epoch, a threshold):
+        neither audited, nor population, nor canaries (docs/algorithms.md §12)."""
+        return ~self.audit & ~self.population & ~self.canary
+
     def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """`compute()`, once per view and key: what several attacks on this target share
         (LiRA's Gaussian fits, RMIA's mean probabilities). Attacks stay pure functions of the
@@ -413,8 +419,7 @@ def _check_public(name: str, view: TargetView, rows: ThresholdRows) -> None:
     samples = np.asarray(rows.samples)
     if not (len(rows.scores) == len(rows.members) == samples.size):
         raise AttackError(f"attack '{name}' returned threshold rows of unequal lengths.")
-    public = ~view.audit & ~view.population & ~view.canary
-    if samples.size and not public[samples].all():
+    if samples.size and not view.public[samples].all():
         raise AttackError(
             f"attack '{name}' returned threshold rows on audited, population or canary "
             "samples; a threshold is chosen on public data only. This is a bug in it."

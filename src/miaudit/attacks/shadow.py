@@ -65,12 +65,6 @@ def choose_shadows(view: TargetView, n_shadows: int | None, minimum: int = 1) ->
     return np.arange(count)
 
 
-def public_rows(view: TargetView) -> np.ndarray:
-    """bool [N]: the samples whose rows may choose anything (an epoch, a threshold): neither
-    audited, nor population, nor canaries (docs/algorithms.md §12)."""
-    return ~view.audit & ~view.population & ~view.canary
-
-
 def build_shadow_split(
     view: TargetView,
     featurize: Featurizer,
@@ -85,9 +79,10 @@ def build_shadow_split(
     """Training rows and held-out rows, pooled over shadows (featurized once each).
 
     Held out first, per shadow r: `holdout` of the smaller of its public members and public
-    non-members (`public_rows`), as many of each, at most ceil(max_holdout_samples / n_shadows)
-    rows (seeded). They choose the epoch and the public-data threshold, so they never lie on an
-    audited, population or canary sample and are never trained on. Training rows: see
+    non-members (`TargetView.public`), as many of each, at most
+    ceil(max_holdout_samples / n_shadows) rows (seeded). They choose the epoch and the
+    public-data threshold, so they never lie on an audited, population or canary sample and
+    are never trained on. Training rows: see
     `build_shadow_set`, drawn from the rest. With `holdout` 0 the held-out set is empty and
     the training rows are `build_shadow_set`'s.
     """
@@ -98,7 +93,7 @@ def build_shadow_split(
     held_rng = np.random.default_rng([seed, 1])  # a stream of its own
     quota = max(2, -(-int(max_train_samples) // shadows.size))
     held_quota = -(-int(max_holdout_samples) // shadows.size)
-    public = public_rows(view)
+    public = view.public
     parts: list[tuple[np.ndarray, ...]] = []
     held: list[tuple[np.ndarray, ...]] = []
     for r in shadows:

@@ -75,7 +75,7 @@ def public_threshold(name: str, view: TargetView, params: dict[str, Any]) -> flo
     non-canary samples is returned. None when no reference has such samples or the attack
     cannot run on the smaller reference set.
     """
-    public = ~view.audit & ~view.population & ~view.canary
+    public = view.public
     for r in range(view.n_references):
         known = view.reference_membership[r][public]
         if known.all() or not known.any():
