@@ -82,9 +82,8 @@ def build_shadow_split(
     non-members (`TargetView.public`), as many of each, at most
     ceil(max_holdout_samples / n_shadows) rows (seeded). They choose the epoch and the
     public-data threshold, so they never lie on an audited, population or canary sample and
-    are never trained on. Training rows: see
-    `build_shadow_set`, drawn from the rest. With `holdout` 0 the held-out set is empty and
-    the training rows are `build_shadow_set`'s.
+    are never trained on. Training rows are drawn from the rest as `build_shadow_set`
+    describes; with `holdout` 0 nothing is held out and they are `build_shadow_set`'s.
     """
     if not 0.0 <= holdout < 1.0:
         raise AttackError(f"holdout={holdout} is invalid: use a fraction in [0, 1).")
