@@ -115,6 +115,10 @@ def test_held_out_seeds_are_the_default():
     fashion = [c.params for c in paper if c.params["dataset"] == "fashion-mnist"]
     assert len(fashion) == 4 and len(fashion[0]["setup"]["queries"]) == 8
     assert fashion[0]["setup"]["recipe"]["architecture"] == "mnist-cnn"
+    assert "members" not in fashion[0]["setup"]["split"]  # 10,000-member targets
+    cpu_fashion = cells(resolve_config(study, "cpu", {"datasets": ["fashion-mnist"]}))
+    split = cpu_fashion[0].params["setup"]["split"]
+    assert split["members"] == 2000 and split["audit"] - split["members"] >= 10000
     dev = cells(resolve_config(study, "cpu", {"seeds": DEVELOPMENT_SEEDS,
                                               "datasets": ["texas-health"]}))
     assert [c.params["seed"] for c in dev] == [100, 101]
