@@ -21,12 +21,12 @@ from miaudit.attacks.base import (
     AttackRun,
     AttackSpec,
     Needs,
-    TargetView,
     get_attack,
     list_attacks,
     register_attack,
     run_attack,
 )
+from miaudit.attacks.view import TargetView
 
 __all__ = [
     "AttackRun",

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, TargetView, register_attack
+from miaudit.attacks.base import Needs, register_attack
+from miaudit.attacks.view import TargetView
 
 
 def interpolated_survival(value: np.ndarray, refs: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -38,9 +38,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaln, log_ndtr, stdtr
 
-from miaudit.attacks.base import Needs, TargetView, register_attack
+from miaudit.attacks.base import Needs, register_attack
 from miaudit.attacks.calibration import query_mean
 from miaudit.attacks.lira import SIGMA_FLOOR, Moments, _sides, gaussians, log_normal_pdf, moments
+from miaudit.attacks.view import TargetView
 from miaudit.errors import AttackError
 
 _TINY = np.finfo(np.float64).tiny

@@ -31,7 +31,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-from miaudit.attacks.base import Needs, TargetView, register_attack
+from miaudit.attacks.base import Needs, register_attack
+from miaudit.attacks.view import TargetView
 from miaudit.errors import AttackError
 
 

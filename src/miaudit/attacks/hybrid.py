@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, Scored, TargetView, get_attack, register_attack, scores_of
+from miaudit.attacks.base import Needs, Scored, get_attack, register_attack, scores_of
 from miaudit.attacks.rapid import RAPID_DEFAULTS, rapid_features, rapid_scorer_attack
 from miaudit.attacks.shadow import Featurizer
+from miaudit.attacks.view import TargetView
 from miaudit.errors import AttackError
 
 DEFAULT_EXTRA_ATTACKS = ("lira-offline", "lira-online", "rmia")

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, TargetView, mean_over_out, register_attack
+from miaudit.attacks.base import Needs, register_attack
+from miaudit.attacks.view import TargetView, mean_over_out
 
 CHANNEL = "boundary_distance"
 

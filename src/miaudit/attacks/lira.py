@@ -40,8 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_ndtr
 
-from miaudit.attacks.base import Needs, TargetView, register_attack
+from miaudit.attacks.base import Needs, register_attack
 from miaudit.attacks.calibration import query_mean
+from miaudit.attacks.view import TargetView
 
 SIGMA_FLOOR = 1e-6
 _HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)

@@ -27,10 +27,11 @@ from typing import Any
 import numpy as np
 from scipy.special import log_ndtr
 
-from miaudit.attacks.base import Needs, TargetView, mean_over_out, register_attack
+from miaudit.attacks.base import Needs, register_attack
 from miaudit.attacks.lira import SIGMA_FLOOR, equal_count_mask, fit_gaussians
 from miaudit.attacks.rapid import RAPID_DEFAULTS, rapid_scorer_attack
 from miaudit.attacks.rmia import offline_scores
+from miaudit.attacks.view import TargetView, mean_over_out
 from miaudit.errors import AttackError
 from miaudit.signals.bank import valid_positions
 

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, Scored, TargetView, register_attack, side_means
+from miaudit.attacks.base import Needs, Scored, register_attack
 from miaudit.attacks.shadow import Featurizer, Preprocessor, scorer_attack
+from miaudit.attacks.view import TargetView, side_means
 
 
 def rapid_features(view: TargetView) -> tuple[np.ndarray, np.ndarray]:

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, TargetView, register_attack, side_means
+from miaudit.attacks.base import Needs, register_attack
+from miaudit.attacks.view import TargetView, side_means
 from miaudit.errors import AttackError
 
 _TINY = np.finfo(np.float64).tiny  # keeps a zero Pr(x) (only possible with a = 1) finite

@@ -25,7 +25,8 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-from miaudit.attacks.base import Scored, TargetView, ThresholdRows
+from miaudit.attacks.base import Scored, ThresholdRows
+from miaudit.attacks.view import TargetView
 from miaudit.errors import AttackError
 from miaudit.progress import progress_bar
 from miaudit.threads import cpu_threads

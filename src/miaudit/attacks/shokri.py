@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 from scipy.special import softmax
 
-from miaudit.attacks.base import Needs, Scored, TargetView, register_attack
+from miaudit.attacks.base import Needs, Scored, register_attack
 from miaudit.attacks.shadow import MLPScorer, build_shadow_split, threshold_rows, train_scorer
+from miaudit.attacks.view import TargetView
 
 
 def shokri_featurizer(

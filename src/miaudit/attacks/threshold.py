@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, TargetView, register_attack
+from miaudit.attacks.base import Needs, register_attack
+from miaudit.attacks.view import TargetView
 
 
 @register_attack("loss", family="threshold", description="Yeom: -mean_q cross-entropy")

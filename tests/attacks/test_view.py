@@ -1,11 +1,11 @@
-"""The attacks' shared layer: the view's memo, blockwise means, and blocks changing nothing."""
+"""The attacks' view of a bank: its memo, blockwise means, and blocks changing nothing."""
 
 import numpy as np
 import pytest
 import torch
 
 from miaudit.attacks import TargetView, run_attack
-from miaudit.attacks.base import mean_over_out, side_means
+from miaudit.attacks.view import mean_over_out, side_means
 from miaudit.signals import statistics
 
 BANK_ATTACKS = (

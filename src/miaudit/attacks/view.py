@@ -1,0 +1,258 @@
+"""What an attack may see: the bank as one target sees it (`TargetView`), and the shared
+reference means every calibrated attack starts from (`side_means`).
+
+`TargetView` exposes everything in the bank except the target's membership, so no attack can
+peek at the answer; `as_shadow` turns a reference into the target for shadow-trained scorers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from miaudit.errors import AttackError
+from miaudit.signals.bank import SignalBank
+from miaudit.signals.statistics import sample_blocks
+
+
+class TargetView:
+    """The bank as seen when attacking one target model: all but the target's membership.
+
+    Reference models are every other model, in bank order; `reference_ids[r]` is the bank
+    index of reference r. Build one with `TargetView.of(bank, target)`.
+    """
+
+    def __init__(
+        self,
+        bank: SignalBank,
+        target: int,
+        reference_ids: np.ndarray,
+        reference_membership: np.ndarray,
+    ) -> None:
+        self.target = int(target)
+        self.reference_ids = reference_ids
+        # A read-only copy: the view holds no reference to the full membership matrix, and
+        # what `memo` keeps stays valid.
+        self.reference_membership = _frozen(reference_membership.copy())
+        self.labels = bank.labels
+        self.population = bank.population
+        self.audit = bank.audit
+        # one-run auditing's canaries (the auditor's rows, not the attacker's public data)
+        self.canary = (np.zeros(bank.n_samples, dtype=bool) if bank.canary is None
+                       else bank.canary)
+        self.n_samples = bank.n_samples
+        self.n_queries = bank.n_queries
+        self.n_classes = bank.n_classes
+        self._logits = bank.logits
+        self._statistics = bank.statistics
+        self._channels = bank.channels
+        # Sequence signals of causal LMs (None in a classifier bank): [M, N, T] per model.
+        self._seq_token = bank.seq_token_logprob
+        self._seq_mean = bank.seq_mean_logprob
+        self._seq_std = bank.seq_std_logprob
+        self._seq_loglik = bank.sequence_loglik if bank.has_sequences else None
+        self.seq_lengths = bank.seq_lengths  # int [N] or None: scored tokens per sample
+        self.text_zlib_bytes = bank.text_zlib_bytes  # int [N] or None
+        self.text_chars = bank.text_chars  # int [N] or None
+        self._memo: dict[Hashable, Any] = {}
+
+    @classmethod
+    def of(cls, bank: SignalBank, target: int) -> TargetView:
+        if not 0 <= target < bank.n_models:
+            raise AttackError(
+                f"target {target} is out of range: the bank has {bank.n_models} models "
+                f"(0..{bank.n_models - 1})."
+            )
+        ids = np.array([m for m in range(bank.n_models) if m != target], dtype=int)
+        return cls(bank, target, ids, bank.membership[ids])
+
+    @property
+    def n_references(self) -> int:
+        return int(self.reference_ids.size)
+
+    @property
+    def public(self) -> np.ndarray:
+        """bool [N]: the samples whose rows may choose anything (an epoch, a threshold):
+        neither audited, nor population, nor canaries (docs/algorithms.md §12)."""
+        return ~self.audit & ~self.population & ~self.canary
+
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """`compute()`, once per view and key: what several attacks on this target share
+        (LiRA's Gaussian fits, RMIA's mean probabilities). Attacks stay pure functions of the
+        view, since the bank and this view's membership are read-only; the key must name
+        everything else the value depends on."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def target_stat(self, name: str) -> np.ndarray:
+        """Statistic `name` for the target, float64 [N, Q]."""
+        return self._statistics.get(name, [self.target])[0]
+
+    def reference_stat(self, name: str, samples: slice | None = None) -> np.ndarray:
+        """Statistic `name` for every reference, float64 [R, N, Q] (or [R, len(samples), Q]
+        for a slice of samples: blocks of samples bound the temporaries)."""
+        return self._statistics.get(name, self.reference_ids, samples)
+
+    def target_query_mean(self, name: str) -> np.ndarray:
+        """Statistic `name` of the target averaged over queries, float64 [N]."""
+        return self._statistics.query_mean(name, [self.target])[0]
+
+    def reference_query_mean(self, name: str, samples: slice | None = None) -> np.ndarray:
+        """Statistic `name` of every reference averaged over queries, float64 [R, N] (or the
+        slice `samples` of it)."""
+        return self._statistics.query_mean(name, self.reference_ids, samples)
+
+    def sample_blocks(self, bytes_per_sample: int) -> Iterator[slice]:
+        """Slices of the samples, each about 8 MiB at `bytes_per_sample`."""
+        return sample_blocks(self.n_samples, bytes_per_sample)
+
+    def target_logits(self) -> np.ndarray:
+        """Target logits, float32 [N, Q, C]."""
+        return self._logits[self.target]
+
+    def reference_logits(self, r: int) -> np.ndarray:
+        """Logits of reference r (0..R-1), float32 [N, Q, C]."""
+        return self._logits[self.reference_ids[r]]
+
+    def has_channel(self, name: str) -> bool:
+        return name in self._channels
+
+    def target_channel(self, name: str) -> np.ndarray:
+        """White-box channel `name` for the target, float64 [N]."""
+        return self._channels[name][self.target]
+
+    def reference_channel(self, name: str) -> np.ndarray:
+        """White-box channel `name` for every reference, float64 [R, N]."""
+        return self._channels[name][self.reference_ids]
+
+    @property
+    def has_sequences(self) -> bool:
+        return self._seq_token is not None
+
+    @property
+    def has_min_k_plus_plus(self) -> bool:
+        return self._seq_mean is not None
+
+    @property
+    def has_text(self) -> bool:
+        return self.text_zlib_bytes is not None
+
+    def target_token_logprob(self) -> np.ndarray:
+        """log p(x_{t+1} | x_<=t) of the target, float32 [N, T]; positions >= seq_lengths are
+        padding (never read them: `valid_positions`)."""
+        return self._sequence(self._seq_token)[self.target]
+
+    def reference_token_logprob(self, r: int) -> np.ndarray:
+        """Reference r's (0..R-1) token log-probabilities, float32 [N, T]."""
+        return self._sequence(self._seq_token)[self.reference_ids[r]]
+
+    def target_next_token_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std of log p(v) under the target's next-token distribution, float32
+        [N, T] each (Min-K%++)."""
+        return self._sequence(self._seq_mean)[self.target], self._seq_std[self.target]
+
+    def target_seq_loglik(self) -> np.ndarray:
+        """Target's mean token log-probability over each sample's valid tokens, float64 [N]
+        (the negated LM loss)."""
+        return self._sequence(self._seq_loglik)[self.target]
+
+    def reference_seq_loglik(self) -> np.ndarray:
+        """Every reference's mean token log-probability, float64 [R, N]."""
+        return self._sequence(self._seq_loglik)[self.reference_ids]
+
+    @staticmethod
+    def _sequence(array: np.ndarray | None) -> np.ndarray:
+        if array is None:
+            raise AttackError(
+                "the bank holds no sequence signals (seq_token_logprob, seq_mean_logprob, "
+                "seq_std_logprob); signal a causal language model into a sequence bank."
+            )
+        return array
+
+    def out_mask(self) -> np.ndarray:
+        """bool [R, N], read-only: reference r did not train on sample n."""
+        return self.memo("out_mask", lambda: _frozen(~self.reference_membership))
+
+    def side_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(IN, OUT) reference counts per sample, int [N] each, read-only."""
+
+        def count() -> tuple[np.ndarray, np.ndarray]:
+            n_in = self.reference_membership.sum(axis=0, dtype=np.int64)
+            return _frozen(n_in), _frozen(self.n_references - n_in)
+
+        return self.memo("side_counts", count)
+
+    def as_shadow(self, r: int) -> TargetView:
+        """Reference r as a shadow target, the other references as its references.
+
+        For leave-one-out shadow work: the new view excludes the original target entirely.
+        The shadow's own membership, which the attacker legitimately knows, is
+        `self.reference_membership[r]`.
+        """
+        keep = np.array([i for i in range(self.n_references) if i != r], dtype=int)
+        shadow = TargetView.__new__(TargetView)
+        shadow.__dict__.update(self.__dict__)
+        shadow.target = int(self.reference_ids[r])
+        shadow.reference_ids = self.reference_ids[keep]
+        shadow.reference_membership = _frozen(self.reference_membership[keep])
+        shadow._memo = {}  # nothing computed for this view holds for the shadow's
+        return shadow
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+def masked_query_means(
+    view: TargetView, name: str, masks: Sequence[np.ndarray]
+) -> list[np.ndarray]:
+    """For each mask [R, N]: the mean over the selected references of statistic `name`
+    averaged over queries, float64 [N] (NaN where a sample has none). One pass over the
+    references' statistic, a block of samples at a time: equal to
+    `mean_over_out(view.reference_query_mean(name), mask)` without its [R, N] temporaries."""
+    means = [np.empty(view.n_samples) for _ in masks]
+    for block in view.sample_blocks(view.n_references * view.n_queries * 8):
+        values = view.reference_query_mean(name, block)
+        for mean, mask in zip(means, masks, strict=True):
+            mean[block] = mean_over_out(values, mask[:, block])
+    return means
+
+
+@dataclass(frozen=True)
+class SideMeans:
+    """Means over references of a statistic averaged over queries, float64 [N] each; NaN
+    where a sample has no reference on that side."""
+
+    members: np.ndarray  # over the references that trained on the sample (IN)
+    non_members: np.ndarray  # over those that did not (OUT)
+    every: np.ndarray  # over all references
+
+
+def side_means(view: TargetView, name: str) -> SideMeans:
+    """IN, OUT and all-reference means of statistic `name` averaged over queries: one pass,
+    shared by every attack on this view (calibration, RMIA)."""
+
+    def compute() -> SideMeans:
+        members = view.reference_membership
+        masks = (members, view.out_mask(), np.ones_like(members))
+        return SideMeans(*(_frozen(m) for m in masked_query_means(view, name, masks)))
+
+    return view.memo(("side_means", name), compute)
+
+
+def mean_over_out(values: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Mean of values [R, N, ...] over references OUT for each sample (out [R, N]).
+
+    NaN where a sample has no OUT reference (the caller's score becomes unscorable).
+    """
+    weights = out.astype(np.float64)
+    count = weights.sum(axis=0).reshape((-1,) + (1,) * (values.ndim - 2))
+    # einsum contracts over references without materialising values * weights ([R, N, ...]).
+    total = np.einsum("rn...,rn->n...", values, weights, optimize=False)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
