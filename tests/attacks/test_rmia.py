@@ -125,7 +125,7 @@ def test_scores_ignore_the_target_membership(digits_bank):
     membership[target, digits_bank.population] = False
     original = TargetView.of(digits_bank, target)
     shuffled = TargetView.of(_variant(digits_bank, membership), target)
-    for name in ("rmia", "rmia-online"):
+    for name in ("rmia", "rmia-online", "informia"):
         np.testing.assert_array_equal(
             run_attack(name, original).scores, run_attack(name, shuffled).scores, err_msg=name
         )
@@ -141,3 +141,36 @@ def test_rmia_needs_a_population(digits_bank):
     )
     with pytest.raises(AttackError, match="population"):
         run_attack("rmia", TargetView.of(bank, 0))
+
+
+def _direct_informia(bank, target, a=0.3):
+    pr = _pr(bank)
+    refs = [m for m in range(bank.n_models) if m != target]
+    bits = np.full(bank.n_samples, np.nan)
+    for n in range(bank.n_samples):
+        out = [r for r in refs if not bank.membership[r, n]]
+        if out:
+            bits[n] = np.log2(pr[target, n] / (0.5 * ((1 + a) * np.mean(pr[out, n]) + (1 - a))))
+    return bits - np.nanmean(bits[bank.population])
+
+
+@pytest.mark.parametrize("a", [0.0, 0.3, 1.0])
+def test_informia_matches_direct_computation(digits_bank, a):
+    for target in (0, 3):
+        got = run_attack("informia", TargetView.of(digits_bank, target), a=a).scores
+        np.testing.assert_allclose(got, _direct_informia(digits_bank, target, a), rtol=1e-12,
+                                   atol=1e-12)  # fmt: skip
+
+
+def test_informia_ranks_as_rmia_ratio_and_centres_the_population(digits_bank):
+    view = TargetView.of(digits_bank, 1)
+    info = run_attack("informia", view).scores
+    assert abs(np.nanmean(info[digits_bank.population])) < 1e-12
+    # gamma -> 0+ makes RMIA's score the population CDF of the ratio: the same order wherever
+    # RMIA does not tie
+    rmia = run_attack("rmia", view, gamma=1e-12).scores
+    audit = digits_bank.audit & np.isfinite(info)
+    order = np.argsort(info[audit], kind="stable")
+    assert np.all(np.diff(rmia[audit][order]) >= 0)
+    with pytest.raises(AttackError, match="a must lie"):
+        run_attack("informia", view, a=1.5)

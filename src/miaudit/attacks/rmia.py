@@ -83,6 +83,31 @@ def offline_scores(p_target: np.ndarray, p_out: np.ndarray, population: np.ndarr
 
 
 @register_attack(
+    "informia",
+    family="rmia",
+    needs=Needs(out_references=1, population=True),
+    description="Tao & Shokri (reconstructed): bits log2 LR(x) minus the population's mean",
+    a=0.3,
+)
+def informia(view: TargetView, a: float) -> np.ndarray:
+    """InfoRMIA (Tao & Shokri, ICLR 2026; docs/algorithms.md §19, reconstructed from the
+    paper's summary): the information gain of x in bits, `log2(Pr(x|theta_t) / Pr(x))` with
+    offline RMIA's Pr(x) (parameter `a`), minus the population's mean of the same quantity,
+    the estimate of the KL term that removes the target's overall shift. A continuous score:
+    no gamma, and no ties from counting population samples."""
+    p_target = view.target_query_mean("prob_true")
+    p_out = side_means(view, "prob_true").non_members
+    if not 0.0 <= a <= 1.0:
+        raise AttackError(f"InfoRMIA's offline parameter a must lie in [0, 1]; got {a}.")
+    bits = np.log2(np.maximum(_ratio(p_target, 0.5 * ((1.0 + a) * p_out + (1.0 - a))), _TINY))
+    population_bits = bits[view.population]
+    population_bits = population_bits[np.isfinite(population_bits)]
+    if population_bits.size == 0:
+        return np.full(bits.shape, np.nan)
+    return bits - population_bits.mean()
+
+
+@register_attack(
     "rmia-online",
     family="rmia",
     needs=Needs(in_references=1, out_references=1, population=True),
