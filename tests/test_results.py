@@ -12,7 +12,7 @@ import pytest
 
 from miaudit import metrics
 from miaudit.config import MetricsConfig
-from miaudit.epsilon_results import EPSILON_LOWER_BOUND
+from miaudit.epsilon_results import EPSILON_LOWER_BOUND, GAUSSIAN_DP_LOWER_BOUND
 from miaudit.pipeline import evaluate_bank
 from miaudit.report.write import metrics_document
 from miaudit.results import (
@@ -167,9 +167,11 @@ def test_to_frame_holds_the_dicts_numbers(result):
             assert _one(frame, o.name, f"cost.{key}").value == value
         bound = _one(frame, o.name, EPSILON_LOWER_BOUND).value
         assert bound == m[EPSILON_LOWER_BOUND]["epsilon"] and bound >= 0
-    # per attack: auc, 3 tprs, bal.acc, threshold, 2 precisions, 3 counts, the ε lower bound
-    # (no canaries: no one-run bound), the cost keys
-    assert len(frame) == sum(9 + len(o.metrics["tpr_at_fpr"]) + len(o.cost)
+        mu = _one(frame, o.name, GAUSSIAN_DP_LOWER_BOUND).value  # the frame holds μ, not ε
+        assert mu == m[GAUSSIAN_DP_LOWER_BOUND]["mu"] and mu >= 0
+    # per attack: auc, 3 tprs, bal.acc, threshold, 2 precisions, 3 counts, the ε and μ lower
+    # bounds (no canaries: no one-run bound), the cost keys
+    assert len(frame) == sum(10 + len(o.metrics["tpr_at_fpr"]) + len(o.cost)
                              for o in result.outcomes)
     # the indicative flag: 500 non-members at 0.1% rest on 0.5 expected false positives
     flags = frame[frame.metric == "tpr"].set_index(["attack", "fpr"]).indicative

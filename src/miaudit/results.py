@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from miaudit.epsilon_results import EPSILON_KEYS, EPSILON_TYPES, OneRunEpsilon, ThresholdEpsilon
+from miaudit.epsilon_results import (
+    EPSILON_KEYS,
+    EPSILON_TYPES,
+    OneRunEpsilon,
+    ThresholdEpsilon,
+    ThresholdGaussianDP,
+)
 
 if TYPE_CHECKING:  # pandas is imported only by to_frame: `import miaudit` stays cheap
     import pandas as pd
@@ -108,9 +114,12 @@ class AttackMetrics:
     precision_at_recall: tuple[PrecisionAtRecall, ...] = ()
     balanced_accuracy: float | None = None  # at `threshold`, chosen on public data only
     threshold: float | None = None
-    # ε lower bounds (miaudit.epsilon_results; None: the dict has none, e.g. from evaluate)
+    # ε and μ-GDP lower bounds (miaudit.epsilon_results; None: the dict has none, e.g. from
+    # evaluate)
     epsilon_lower_bound: ThresholdEpsilon | None = None
+    gaussian_dp_lower_bound: ThresholdGaussianDP | None = None
     canary_epsilon_lower_bound: ThresholdEpsilon | None = None
+    canary_gaussian_dp_lower_bound: ThresholdGaussianDP | None = None
     one_run: OneRunEpsilon | None = None
 
     @classmethod
@@ -296,9 +305,11 @@ class AuditResult:
         elsewhere). Metrics, per attack in this order: ``auc``; ``tpr`` at each FPR;
         ``balanced_accuracy`` and ``threshold`` (NaN when no public-data threshold could be
         chosen); ``precision`` at each recall; ``n_members``, ``n_nonmembers``,
-        ``n_unscorable``; the ε lower bounds the run computed (``epsilon_lower_bound``, and
-        with canaries ``canary_epsilon_lower_bound`` and ``one_run``; NaN when that attack
-        has none, the reason in metrics.json); then the recorded cost as ``cost.models``,
+        ``n_unscorable``; the privacy lower bounds the run computed, each as the figure the
+        report shows (``epsilon_lower_bound``: ε; ``gaussian_dp_lower_bound``: μ, its ε
+        estimate in metrics.json; with canaries ``canary_epsilon_lower_bound``,
+        ``canary_gaussian_dp_lower_bound`` and ``one_run``; NaN when that attack has none,
+        the reason in metrics.json); then the recorded cost as ``cost.models``,
         ``cost.queries_per_sample``, ``cost.train_seconds``, ``cost.score_seconds``,
         ``cost.threshold_seconds``. Values are the metrics dict's own numbers (missing ones
         NaN). Attacks keep the result's order (:func:`miaudit.strongest` / :func:`miaudit.ranked`
@@ -337,7 +348,7 @@ class AuditResult:
                 add(name, count, getattr(m, count))
             for key in EPSILON_KEYS:
                 if getattr(m, key) is not None:
-                    add(name, key, getattr(m, key).epsilon)
+                    add(name, key, getattr(m, key).value)  # ε, or μ for a Gaussian-DP bound
             cost = outcome.cost_summary
             for key in ("models", "queries_per_sample", "train_seconds", "score_seconds",
                         "threshold_seconds"):

@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 from miaudit.config import config_from_dict
-from miaudit.epsilon_results import CANARY_EPSILON_LOWER_BOUND, ONE_RUN, OneRunEpsilon
+from miaudit.epsilon_results import (
+    CANARY_EPSILON_LOWER_BOUND,
+    CANARY_GAUSSIAN_DP_LOWER_BOUND,
+    ONE_RUN,
+    OneRunEpsilon,
+)
 from miaudit.errors import ConfigError
 from miaudit.pipeline import run
 from miaudit.pipeline.canaries import canary_delta, check_canaries
@@ -89,18 +94,28 @@ def test_every_attack_has_a_one_run_bound_and_an_overfit_target_leaks(runs):
         assert (entry["k_plus"], entry["k_minus"], entry["guesses"]) == (10, 10, 20)
         assert entry["alpha"] == 0.05 and entry["delta"] == 1e-5
         assert written[name][CANARY_EPSILON_LOWER_BOUND]["epsilon"] >= 0
+        # the μ-GDP bound on the canaries: the canary threshold bound's halves, α and δ
+        gdp, eps = written[name][CANARY_GAUSSIAN_DP_LOWER_BOUND], written[name][
+            CANARY_EPSILON_LOWER_BOUND]
+        assert gdp["mu"] >= 0 and gdp["selection"] == eps["selection"]
+        assert (gdp["alpha"], gdp["delta"]) == (eps["alpha"], eps["delta"])
+        assert gdp["n_members"] + gdp["selection"]["n_members"] == entry["included"]
         metrics = {k: v for k, v in written[name].items() if k != "cost"}
         typed = AttackMetrics.from_dict(metrics)
         assert json.dumps(typed.to_dict()) == json.dumps(metrics)  # round trip, key order too
         assert typed.one_run.epsilon == entry["epsilon"]
+        assert typed.canary_gaussian_dp_lower_bound.mu == gdp["mu"]
     # the non-DP target memorised its mislabelled canaries: some attack certifies ε > 0
     assert max(written[n][ONE_RUN]["epsilon"] for n in ATTACKS) > 0.5
     best = result.meta["privacy_audit"]["best"]
     assert best["epsilon"] > 0 and result.meta["privacy_audit"]["bounds_compared"] == 9
+    # μ: one bound on the audit samples and one on the canaries per attack
+    assert result.meta["privacy_audit"]["mu_bounds_compared"] == 6
     frame = result.to_frame()
     assert set(frame[frame.metric == ONE_RUN].attack) == set(ATTACKS)
     text = format_table(result)
     assert "ε 1-run" in text and "Privacy audit" in text and "k₊" in text
+    assert "μ lb (canaries)" in text
 
 
 def test_the_target_key_follows_the_canary_labels(runs):

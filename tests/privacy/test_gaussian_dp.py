@@ -20,6 +20,7 @@ from miaudit.privacy import (
     gaussian_dp_lower_bound,
     gaussian_epsilon,
     mu_array,
+    mu_from_rates,
 )
 
 
@@ -51,6 +52,15 @@ def test_mu_lower_bound_is_the_formula():
         b.to_dict()
     assert mu_array(600, 1000, 600, 1000) == 0.0  # worse than chance certifies nothing
     np.testing.assert_allclose(mu_array([50, 300], 1000, [300, 50], 1000), b.mu)
+
+
+def test_mu_from_rates_is_scipys_normal_quantile_bit_for_bit():
+    # the run tabulates the rates once and calls this; it must agree with scipy.stats exactly
+    rates = np.array([1e-12, 0.014764434812554551, 0.3, 0.5, 0.9776533130163066, 1.0])
+    fpr, fnr = np.meshgrid(rates, rates[::-1])
+    expected = np.maximum(0.0, stats.norm.isf(fpr) + stats.norm.isf(fnr))
+    assert np.array_equal(mu_from_rates(fpr, fnr), expected)
+    assert mu_from_rates(1.0, 1e-9) == 0.0  # a rate bounded only by 1 certifies nothing
 
 
 def test_the_mu_bound_holds_on_the_gaussian_mechanism():

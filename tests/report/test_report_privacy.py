@@ -1,13 +1,14 @@
 """The privacy audit in a report: the claimed ε beside the best bound, its Bonferroni wording,
-the reasons for missing bounds, and nothing at all for a result without bounds."""
+the best μ-GDP bound and its ε estimate, the reasons for missing bounds, and nothing at all for
+a result without bounds."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from miaudit.epsilon_results import EPSILON_LOWER_BOUND
+from miaudit.epsilon_results import EPSILON_LOWER_BOUND, GAUSSIAN_DP_LOWER_BOUND
 from miaudit.metrics import evaluate
-from miaudit.pipeline.epsilon import Halves, privacy_audit, threshold_record
+from miaudit.pipeline.epsilon import Halves, gaussian_dp_record, privacy_audit, threshold_record
 from miaudit.report import format_table
 from miaudit.report.html import render_html
 from miaudit.report.privacy import privacy_line, privacy_section
@@ -16,8 +17,8 @@ from miaudit.results import AttackOutcome, AuditResult
 N = 400
 
 
-def _result(names: list[str], claim: dict | None = None, broken: str | None = None
-            ) -> AuditResult:  # fmt: skip
+def _result(names: list[str], claim: dict | None = None, broken: str | None = None,
+            mu: bool = False) -> AuditResult:  # fmt: skip
     rng = np.random.default_rng(0)
     members = rng.random(N) < 0.5
     halves = Halves.of(members, 7, 1e-5, 0.05)
@@ -28,6 +29,9 @@ def _result(names: list[str], claim: dict | None = None, broken: str | None = No
         why = "too few members" if name == broken else ""
         metrics[EPSILON_LOWER_BOUND] = threshold_record(scores, members,
                                                         None if why else halves, why)
+        if mu:
+            metrics[GAUSSIAN_DP_LOWER_BOUND] = gaussian_dp_record(scores, members,
+                                                                  None if why else halves, why)
         outcomes.append(AttackOutcome(name=name, scores=scores, metrics=metrics))
     settings = {"claimed": claim, "alpha": 0.05, "delta": 1e-5,
                 "delta_source": "metrics.epsilon_delta", "split_seed": 7, "canaries": None}
@@ -79,3 +83,42 @@ def test_a_result_without_bounds_shows_none():
     text = format_table(result)
     assert "ε lb" not in text and "Privacy" not in text
     assert "Privacy audit" not in render_html(result, {})
+
+
+def test_the_best_mu_follows_the_epsilon_line_and_the_section_shows_each():
+    result = _result(["loss", "rmia"], claim={"epsilon": 100.0, "delta": 1e-5}, mu=True)
+    audit = result.meta["privacy_audit"]
+    best = audit["best_mu"]
+    assert audit["mu_bounds_compared"] == 2 and best["attack"] == "rmia"  # the stronger one
+    line = privacy_line(result)
+    assert line.endswith(
+        f"cannot confirm a claim). Gaussian DP: best μ lower bound {best['mu']:.3g} (rmia, "
+        f"threshold test on the audit samples; 95% over 2 bounds, Bonferroni), ε ≈ "
+        f"{best['epsilon']:.3g} at δ 1e-05 if the trade-off curve is Gaussian (an estimate).")
+    section = privacy_section(result)
+    assert section.header[4:6] == ["μ lb (audit)", "ε est. (μ)"]
+    for row, outcome in zip(section.rows, result.outcomes, strict=True):
+        gdp = outcome.summary.gaussian_dp_lower_bound
+        assert row[4:6] == [f"{gdp.mu:.3g}", f"{gdp.epsilon:.3g}"] and gdp.mu > 1
+    assert any("Tight Auditing" in item for item in section.legend)
+    assert "μ lb (audit)" in render_html(result, {})
+
+
+def test_no_power_says_no_mu_and_a_missing_mu_is_explained_once():
+    result = _result(["loss"], mu=True)
+    members = result.members
+    halves = Halves.of(members, 7, 1e-5, 0.05)
+    for outcome in result.outcomes:  # one score for all: no attack has any power
+        outcome.metrics[EPSILON_LOWER_BOUND] = threshold_record(np.zeros(N), members, halves)
+        outcome.metrics[GAUSSIAN_DP_LOWER_BOUND] = gaussian_dp_record(np.zeros(N), members,
+                                                                      halves)
+    result.meta["privacy_audit"] = privacy_audit(result.outcomes, result.meta["privacy_audit"])
+    assert privacy_line(result).endswith(
+        "no attack certifies ε > 0 (95%). Gaussian DP: no attack certifies μ > 0 (95%).")
+    broken = _result(["loss", "rmia"], broken="rmia", mu=True)  # no halves: ε says why
+    assert broken.meta["privacy_audit"]["mu_bounds_compared"] == 1
+    text = format_table(broken)
+    assert "rmia: no ε bound from the threshold test" in text and "no μ bound" not in text
+    broken.outcomes[0].metrics[GAUSSIAN_DP_LOWER_BOUND] = {"mu": None, "reason": "odd"}
+    assert "loss: no μ bound from the threshold test on the audit samples (odd)" in \
+        format_table(broken)

@@ -6,7 +6,7 @@ Its stages import one way, each only the ones before it:
   content-addressed cache (with checkpoints); calibration-via-forgetting copies;
 - ``canaries``: one-run auditing's canaries checked before any work, relabelled, recorded;
 - ``bank``: every model queried into a :class:`~miaudit.signals.SignalBank` (``build_bank``);
-- ``epsilon``: each attack's ε lower bounds and the best of them (``EpsilonPlan``,
+- ``epsilon``: each attack's ε and μ-GDP lower bounds and the best of them (``EpsilonPlan``,
   ``privacy_audit``);
 - ``evaluate``: attacks scored on a bank and evaluated (``evaluate_bank``);
 - ``checkpoints``: a bank and a report per checkpoint kept along training;

@@ -1,19 +1,24 @@
-"""ε lower bounds for every attack of a run, and the best of them (docs/algorithms.md §16).
+"""ε and μ-GDP lower bounds for every attack of a run, and the best of them
+(docs/algorithms.md §16).
 
 :class:`EpsilonPlan` fixes, before any attack is scored, everything the bounds rest on: δ (the
 target's DP-SGD δ, else ``metrics.epsilon_delta``), α, the seeded halves of the audit samples
 (τ is chosen on the selection half and counted on the other, never on the counted samples)
 and, with canaries, their inclusion, halves and the (k₊, k₋) guesses. ``plan.bounds(scores)``
 gives one attack's metrics entries (:mod:`miaudit.epsilon_results`), vectorised by
-:mod:`miaudit.privacy`. :func:`privacy_audit` names the best bound of all attacks, every
-bound recounted at α / K (Bonferroni over the K bounds compared), so that the best holds at
-1 − α; it reads only the metrics dicts, so a caller can call it again after adding outcomes.
+:mod:`miaudit.privacy`: the threshold ε bound and the μ-GDP bound (Nasr et al. 2023) of each
+set of halves, each with its own τ chosen on the same selection half. :func:`privacy_audit`
+names the best ε bound of all attacks, every bound recounted at α / K (Bonferroni over the K
+bounds compared), so that the best holds at 1 − α, and the best μ bound the same way over
+the μ bounds; it reads only the metrics dicts, so a caller can call it again after adding
+outcomes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -22,16 +27,22 @@ from miaudit.canaries import resolve_guesses
 from miaudit.config import CanariesConfig, MetricsConfig
 from miaudit.epsilon_results import (
     CANARY_EPSILON_LOWER_BOUND,
+    CANARY_GAUSSIAN_DP_LOWER_BOUND,
     EPSILON_LOWER_BOUND,
+    GAUSSIAN_DP_LOWER_BOUND,
     ONE_RUN,
     GuessCandidate,
     OneRunEpsilon,
     ThresholdEpsilon,
+    ThresholdGaussianDP,
 )
 from miaudit.errors import ConfigError
 from miaudit.privacy import (
     clopper_pearson_upper,
     epsilon_from_counts,
+    gaussian_dp_from_counts,
+    mu_array,
+    mu_from_rates,
     one_run_epsilon,
     one_run_epsilon_from_counts,
     split_halves,
@@ -41,7 +52,7 @@ from miaudit.results import AttackOutcome
 from miaudit.signals import SignalBank
 
 # keys privacy_audit computes; the rest of meta["privacy_audit"] is the plan's settings
-SUMMARY_KEYS = ("bounds_compared", "best", "refutes_claim")
+SUMMARY_KEYS = ("bounds_compared", "best", "refutes_claim", "mu_bounds_compared", "best_mu")
 
 
 def split_seed(seed: int, stream: int) -> int:
@@ -68,7 +79,7 @@ def claim_of(target_privacy: Mapping[str, Any] | None) -> dict[str, Any] | None:
 @dataclass(frozen=True)
 class Halves:
     """The seeded halves of one set of samples (:func:`miaudit.privacy.split_halves`), and the
-    objective that picks τ on the selection half.
+    objectives that pick τ on the selection half (ε's, and μ's for the Gaussian-DP bound).
 
     The objective is :func:`miaudit.privacy.choose_threshold`'s, with the Clopper–Pearson
     bounds of every possible count tabulated once (n₀ + n₁ + 2 quantiles) instead of twice
@@ -98,6 +109,11 @@ class Halves:
         """privacy.epsilon_array(fp, n0, fn, n1, δ, α) from the tables."""
         return epsilon_from_rates(self.fpr_upper[fp], self.fnr_upper[fn], self.delta)
 
+    def mu_objective(self, fp: np.ndarray, n0: int, fn: np.ndarray, n1: int) -> np.ndarray:
+        """privacy.mu_array(fp, n0, fn, n1, α) from the same tables (the level is the same,
+        1 − α/2 per rate): picks gaussian_dp_lower_bound's τ."""
+        return mu_from_rates(self.fpr_upper[fp], self.fnr_upper[fn])
+
 
 def _halves(flags: np.ndarray, seed: int, delta: float, alpha: float
             ) -> tuple[Halves | None, str]:  # fmt: skip
@@ -114,26 +130,46 @@ def _scorable(scores: np.ndarray) -> tuple[np.ndarray, int]:
     return np.where(nan, -np.inf, scores), int(nan.sum())
 
 
+def _halves_record(record: type, objective: Callable[..., np.ndarray],
+                   from_counts: Callable[..., Any], scores: np.ndarray, flags: np.ndarray,
+                   halves: Halves | None, why_not: str) -> dict[str, Any]:
+    """The metrics entry of one bound on ``halves`` (at its δ and α): τ maximises
+    ``objective(halves, fp, n0, fn, n1)`` on ``halves.select``, then ``from_counts`` bounds
+    FP and FN counted on ``halves.count`` (never on the samples that chose τ)."""
+    if halves is None:
+        return record(None, reason=why_not).to_dict()
+    s, unscorable = _scorable(np.asarray(scores, dtype=np.float64))
+    if unscorable == s.size:
+        return record(None, reason="the attack scored no sample").to_dict()
+    select, count = halves.select, halves.count
+    try:
+        tau = best_threshold(s[select], flags[select], partial(objective, halves))
+        fp, n0, fn, n1 = count_at(tau, s[count], flags[count])
+        bound = from_counts(fp, n0, fn, n1, halves.delta, halves.alpha, threshold=tau)
+    except ConfigError as exc:
+        return record(None, reason=str(exc)).to_dict()
+    chosen = flags[select]
+    return record(bound, halves.seed, int(chosen.sum()), int((~chosen).sum()),
+                  unscorable).to_dict()
+
+
 def threshold_record(scores: np.ndarray, flags: np.ndarray, halves: Halves | None,
                      why_not: str = "") -> dict[str, Any]:
     """The threshold bound's metrics entry at the halves' δ and α: τ chosen on
     ``halves.select``, FP and FN counted on ``halves.count`` (never on the samples that chose
     τ); ``why_not`` the reason when there are no halves."""
-    if halves is None:
-        return ThresholdEpsilon(None, reason=why_not).to_dict()
-    s, unscorable = _scorable(np.asarray(scores, dtype=np.float64))
-    if unscorable == s.size:
-        return ThresholdEpsilon(None, reason="the attack scored no sample").to_dict()
-    select, count = halves.select, halves.count
-    try:
-        tau = best_threshold(s[select], flags[select], halves.objective)
-        fp, n0, fn, n1 = count_at(tau, s[count], flags[count])
-        bound = epsilon_from_counts(fp, n0, fn, n1, halves.delta, halves.alpha, threshold=tau)
-    except ConfigError as exc:
-        return ThresholdEpsilon(None, reason=str(exc)).to_dict()
-    chosen = flags[select]
-    return ThresholdEpsilon(bound, halves.seed, int(chosen.sum()), int((~chosen).sum()),
-                            unscorable).to_dict()
+    return _halves_record(ThresholdEpsilon, Halves.objective, epsilon_from_counts, scores,
+                          flags, halves, why_not)
+
+
+def gaussian_dp_record(scores: np.ndarray, flags: np.ndarray, halves: Halves | None,
+                       why_not: str = "") -> dict[str, Any]:
+    """The μ-GDP bound's metrics entry, under :func:`threshold_record`'s rules (the same
+    halves, δ and α): τ maximising μ on ``halves.select``, μ and its ε at δ from FP and FN
+    counted on ``halves.count``, i.e. ``privacy.gaussian_dp_lower_bound`` on the two halves.
+    The halves' δ must be > 0 (μ-GDP has no finite ε at δ = 0)."""
+    return _halves_record(ThresholdGaussianDP, Halves.mu_objective, gaussian_dp_from_counts,
+                          scores, flags, halves, why_not)
 
 
 def one_run_record(scores: np.ndarray, included: np.ndarray, candidates: Sequence[tuple[int, int]],
@@ -210,13 +246,21 @@ class EpsilonPlan:
                    canary_why_not=c_why)
 
     def bounds(self, scores: np.ndarray) -> dict[str, dict[str, Any]]:
-        """One attack's entries for its metrics dict, from its scores on every bank sample."""
+        """One attack's entries for its metrics dict, from its scores on every bank sample.
+        The μ-GDP entries only at δ > 0: at δ = 0 a μ-GDP mechanism has no finite ε."""
+        on = scores[self.audit]
         entries = {EPSILON_LOWER_BOUND: threshold_record(
-            scores[self.audit], self.members, self.halves, self.why_not)}
+            on, self.members, self.halves, self.why_not)}
+        if self.delta > 0:
+            entries[GAUSSIAN_DP_LOWER_BOUND] = gaussian_dp_record(
+                on, self.members, self.halves, self.why_not)
         if self.canary is not None:
             on = scores[self.canary]
             entries[CANARY_EPSILON_LOWER_BOUND] = threshold_record(
                 on, self.included, self.canary_halves, self.canary_why_not)
+            if self.canary_delta > 0:
+                entries[CANARY_GAUSSIAN_DP_LOWER_BOUND] = gaussian_dp_record(
+                    on, self.included, self.canary_halves, self.canary_why_not)
             entries[ONE_RUN] = one_run_record(on, self.included, self.candidates,
                                               self.canary_delta, self.canary_alpha)
         return entries
@@ -280,13 +324,40 @@ def _recounted(outcome: AttackOutcome, alpha: float) -> list[dict[str, Any] | No
     return found
 
 
+def _gaussian_dp_bounds(outcome: AttackOutcome) -> list[tuple[str, Any]]:
+    """(metrics key, GaussianDPBound) of each μ-GDP bound of ``outcome``."""
+    m = outcome.summary
+    records = ((key, getattr(m, key))
+               for key in (GAUSSIAN_DP_LOWER_BOUND, CANARY_GAUSSIAN_DP_LOWER_BOUND))
+    return [(key, r.bound) for key, r in records if r is not None and r.bound is not None]
+
+
+def _best_mu(outcomes: Sequence[AttackOutcome], alpha: float) -> tuple[int, dict[str, Any] | None]:
+    """The number K of μ-GDP bounds and the largest, each recounted at α / K from its counts
+    (τ as its selection half chose it), so that it holds at 1 − α: the ε rule of
+    :func:`privacy_audit` applied to μ. Ties: the first."""
+    found = [(o.name, key, b) for o in outcomes for key, b in _gaussian_dp_bounds(o)]
+    if not found:
+        return 0, None
+    k = len(found)
+    mus = [float(mu_array(b.fp, b.n_nonmembers, b.fn, b.n_members, alpha / k))
+           for _, _, b in found]
+    name, key, b = found[int(np.argmax(mus))]
+    # only the best's ε (a root search) is computed
+    again = gaussian_dp_from_counts(b.fp, b.n_nonmembers, b.fn, b.n_members, b.delta,
+                                    alpha / k, b.threshold)
+    return k, {**again.to_dict(), "attack": name, "bound": key, "family_alpha": alpha}
+
+
 def privacy_audit(outcomes: Sequence[AttackOutcome], settings: Mapping[str, Any]
                   ) -> dict[str, Any]:  # fmt: skip
     """``settings`` (an :meth:`EpsilonPlan.settings`, or a previous result of this function)
     with the best bound of all ``outcomes``: each of the K tests (a threshold bound is one;
     a one-run bound one per (k₊, k₋) candidate) recounted at α / K, the largest kept, so it
     holds at 1 − α (union bound); and whether it refutes the target's claim (at a δ no
-    smaller than the claim's)."""
+    smaller than the claim's). Then the best μ-GDP bound (``best_mu``), the same rule over
+    the ``mu_bounds_compared`` μ bounds: a family of its own, so each best holds at 1 − α on
+    its own (both together at 1 − 2α); its ε is an estimate and refutes nothing."""
     out = {k: v for k, v in settings.items() if k not in SUMMARY_KEYS}
     alpha = float(out["alpha"])
     k = sum(_tests(o) for o in outcomes)
@@ -301,4 +372,6 @@ def privacy_audit(outcomes: Sequence[AttackOutcome], settings: Mapping[str, Any]
     refutes = None
     if claim and best is not None:
         refutes = bool(best["epsilon"] > claim["epsilon"] and best["delta"] >= claim["delta"])
-    return {**out, "bounds_compared": k, "best": best, "refutes_claim": refutes}
+    k_mu, best_mu = _best_mu(outcomes, alpha)
+    return {**out, "bounds_compared": k, "best": best, "refutes_claim": refutes,
+            "mu_bounds_compared": k_mu, "best_mu": best_mu}

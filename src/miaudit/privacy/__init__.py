@@ -26,6 +26,7 @@ from miaudit.privacy.gaussian_dp import (
     gaussian_dp_lower_bound,
     gaussian_epsilon,
     mu_array,
+    mu_from_rates,
 )
 from miaudit.privacy.one_run import (
     OneRunBound,
@@ -54,6 +55,7 @@ __all__ = [
     "gaussian_delta",
     "gaussian_epsilon",
     "mu_array",
+    "mu_from_rates",
     "gaussian_dp_from_counts",
     "gaussian_dp_lower_bound",
 ]

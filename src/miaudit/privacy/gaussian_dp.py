@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy import special
 
 from miaudit.errors import ConfigError
 from miaudit.privacy._checks import check_alpha, check_delta, check_error_counts
@@ -46,6 +47,7 @@ __all__ = [
     "gaussian_delta",
     "gaussian_epsilon",
     "mu_array",
+    "mu_from_rates",
     "gaussian_dp_from_counts",
     "gaussian_dp_lower_bound",
 ]
@@ -109,12 +111,18 @@ def mu_array(fp: ArrayLike, n0: ArrayLike, fn: ArrayLike, n1: ArrayLike,
     """μ_lb = max(0, Φ⁻¹(1 − FPR⁺) + Φ⁻¹(1 − FNR⁺)) for arrays of counts (broadcast)."""
     alpha = check_alpha(alpha)
     level = 1.0 - alpha / 2
-    fpr_up = np.asarray(clopper_pearson_upper(fp, n0, level))
-    fnr_up = np.asarray(clopper_pearson_upper(fn, n1, level))
-    from scipy import stats
+    return mu_from_rates(clopper_pearson_upper(fp, n0, level),
+                         clopper_pearson_upper(fn, n1, level))
 
-    # isf(1) = −inf: a rate bounded only by 1 certifies nothing
-    return np.maximum(0.0, stats.norm.isf(fpr_up) + stats.norm.isf(fnr_up))
+
+def mu_from_rates(fpr_upper: ArrayLike, fnr_upper: ArrayLike) -> np.ndarray:
+    """μ_lb's formula on upper bounds of the two error rates (already at their level):
+    max(0, Φ⁻¹(1 − FPR⁺) + Φ⁻¹(1 − FNR⁺)). For callers that tabulate the Clopper–Pearson
+    bounds once and evaluate many thresholds (a run's attacks)."""
+    # Φ⁻¹(1 − p) = −ndtri(p), scipy.stats.norm.isf's own formula, without importing
+    # scipy.stats; −ndtri(1) = −inf: a rate bounded only by 1 certifies nothing
+    return np.maximum(0.0, -special.ndtri(np.asarray(fpr_upper, dtype=np.float64))
+                      - special.ndtri(np.asarray(fnr_upper, dtype=np.float64)))
 
 
 def gaussian_dp_from_counts(fp: int, n0: int, fn: int, n1: int, delta: float = 1e-5,

@@ -38,8 +38,8 @@ def fmt_auc(value: float | None) -> str:
 
 
 def fmt_epsilon(value: float | None) -> str:
-    """An ε (a lower bound or a claim), 3 significant digits: 0.0311, 1.82, 0; '-' when
-    missing."""
+    """An ε (a lower bound or a claim) or a μ, 3 significant digits: 0.0311, 1.82, 0; '-'
+    when missing."""
     if value is None or not math.isfinite(value):
         return "-"
     return f"{value:.3g}"

@@ -1,5 +1,6 @@
 """The privacy audit in a report (docs/algorithms.md §16): the target's claimed ε beside the
-best empirical lower bound, and per attack the bounds with what each rests on.
+best empirical lower bound (and the best μ-GDP lower bound), and per attack the bounds with
+what each rests on.
 
 Reads ``result.meta["privacy_audit"]`` (:func:`miaudit.pipeline.epsilon.privacy_audit`) and the
 attacks' metrics; computes nothing. The per-attack bounds each hold at 1 − α on their own; the
@@ -11,20 +12,34 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from miaudit.epsilon_results import CANARY_EPSILON_LOWER_BOUND, EPSILON_LOWER_BOUND, ONE_RUN
+from miaudit.epsilon_results import (
+    CANARY_EPSILON_LOWER_BOUND,
+    CANARY_GAUSSIAN_DP_LOWER_BOUND,
+    EPSILON_LOWER_BOUND,
+    GAUSSIAN_DP_LOWER_BOUND,
+    GAUSSIAN_DP_OF,
+    ONE_RUN,
+)
 from miaudit.report.formatting import fmt_epsilon
 from miaudit.results import AuditResult
 
 # the words for each bound, where a sentence names one
 BOUND_WORDS = {
     EPSILON_LOWER_BOUND: "threshold test on the audit samples",
+    GAUSSIAN_DP_LOWER_BOUND: "threshold test on the audit samples",
     CANARY_EPSILON_LOWER_BOUND: "threshold test on the canaries",
+    CANARY_GAUSSIAN_DP_LOWER_BOUND: "threshold test on the canaries",
     ONE_RUN: "one-run guesses on the canaries",
 }
 # the results table's columns: (metrics key, header), the canary one only with canaries
 EPSILON_LB = "ε lb"
+MU_LB = "μ lb"
 ONE_RUN_LB = "ε 1-run"
-TABLE_COLUMNS = ((EPSILON_LOWER_BOUND, EPSILON_LB), (ONE_RUN, ONE_RUN_LB))
+TABLE_COLUMNS = ((EPSILON_LOWER_BOUND, EPSILON_LB), (GAUSSIAN_DP_LOWER_BOUND, MU_LB),
+                 (ONE_RUN, ONE_RUN_LB))
+# a μ-GDP key -> the threshold ε key of the same samples (and halves)
+EPSILON_OF_MU = {mu: eps for eps, mu in GAUSSIAN_DP_OF.items()}
+MU_KEYS = tuple(EPSILON_OF_MU)
 
 
 def privacy_audit(result: AuditResult) -> dict[str, Any] | None:
@@ -37,34 +52,56 @@ def confidence(alpha: float) -> str:
     return f"{100 * (1 - float(alpha)):g}%"
 
 
+def _over(k: int, alpha: float) -> str:
+    """'95% over 3 bounds, Bonferroni', or '95%' for one bound."""
+    return f"{confidence(alpha)} over {k} bounds, Bonferroni" if k > 1 else confidence(alpha)
+
+
 def privacy_line(result: AuditResult) -> str | None:
     """'Privacy: claimed ε 8 (δ 1e-05); best empirical lower bound 0.42 (rmia, threshold test
-    on the audit samples; 95% over 3 bounds, Bonferroni).' None when the run computed none."""
+    on the audit samples; 95% over 3 bounds, Bonferroni).', then the best μ-GDP bound's
+    sentence (:func:`mu_sentence`) when the run has one. None when the run computed none."""
     audit = privacy_audit(result)
     if audit is None:
         return None
     claim, best = audit.get("claimed"), audit.get("best")
     head = (f"claimed ε {fmt_epsilon(claim['epsilon'])} (δ {claim['delta']:g})" if claim
             else "no DP claim recorded for the target")
+    mu = mu_sentence(audit)
     if best is None:
-        return f"Privacy: {head}; no attack gave an ε lower bound."
-    k = audit.get("bounds_compared") or 0
-    over = (f"{confidence(best['family_alpha'])} over {k} bounds, Bonferroni" if k > 1
-            else confidence(best["family_alpha"]))
+        return f"Privacy: {head}; no attack gave an ε lower bound." + mu
+    over = _over(audit.get("bounds_compared") or 0, best["family_alpha"])
     if best["epsilon"] <= 0:  # nothing to name: every bound is 0
-        return f"Privacy: {head}; no attack certifies ε > 0 ({over})."
+        return f"Privacy: {head}; no attack certifies ε > 0 ({over})." + mu
     line = (f"Privacy: {head}; best empirical lower bound {fmt_epsilon(best['epsilon'])} at "
             f"δ {best['delta']:g} ({best['attack']}, {BOUND_WORDS[best['bound']]}; {over}).")
     if audit.get("refutes_claim"):
         line += " It exceeds the claimed ε: the privacy claim does not hold."
     elif claim:
         line += " It does not exceed the claim (a lower bound cannot confirm a claim)."
-    return line
+    return line + mu
 
 
-def epsilon_cell(outcome: Any, key: str) -> str:
+def mu_sentence(audit: dict[str, Any]) -> str:
+    """' Gaussian DP: best μ lower bound 1.2 (rmia, threshold test on the audit samples; 95%
+    over 3 bounds, Bonferroni), ε ≈ 3.1 at δ 1e-05 if the trade-off curve is Gaussian (an
+    estimate).' with its leading space; '' when the run has no μ bound (δ = 0, or results
+    written before runs had one)."""
+    best = audit.get("best_mu")
+    if not best:
+        return ""
+    over = _over(audit.get("mu_bounds_compared") or 0, best["family_alpha"])
+    if best["mu"] <= 0:
+        return f" Gaussian DP: no attack certifies μ > 0 ({over})."
+    return (f" Gaussian DP: best μ lower bound {fmt_epsilon(best['mu'])} ({best['attack']}, "
+            f"{BOUND_WORDS[best['bound']]}; {over}), ε ≈ {fmt_epsilon(best['epsilon'])} at "
+            f"δ {best['delta']:g} if the trade-off curve is Gaussian (an estimate).")
+
+
+def bound_cell(outcome: Any, key: str) -> str:
+    """A bound's figure in a table cell (ε, or μ for a Gaussian-DP bound); '-' without one."""
     record = getattr(outcome.summary, key)
-    return "-" if record is None else fmt_epsilon(record.epsilon)
+    return "-" if record is None else fmt_epsilon(record.value)
 
 
 def table_columns(result: AuditResult) -> list[tuple[str, str]]:
@@ -74,30 +111,44 @@ def table_columns(result: AuditResult) -> list[tuple[str, str]]:
 
 
 def epsilon_legend(headers: list[str]) -> str:
-    """What the ε columns of the results table mean (those in ``headers``)."""
+    """What the ε and μ columns of the results table mean (those in ``headers``)."""
     words = {EPSILON_LB: "the ε lower bound each attack certifies on its own (threshold test "
                          "on the audit samples)",
+             MU_LB: "its μ-GDP lower bound on the same halves (Nasr et al. 2023; 0 = no "
+                    "evidence against any μ)",
              ONE_RUN_LB: "its one-run bound on the canaries"}
     return "; ".join(f"{h}: {words[h]}" for h in headers) + "."
 
 
 def column_support(result: AuditResult, key: str) -> str:
-    """What an ε column's figures rest on, for the table's subheader: '95%, δ 1e-05'."""
+    """What an ε column's figures rest on, for the table's subheader: '95%, δ 1e-05' ('95%'
+    for μ, which needs no δ)."""
     audit = privacy_audit(result) or {}
     where = (audit.get("canaries") or {}) if key == ONE_RUN else audit
     if "alpha" not in where:
         return ""
+    if key in MU_KEYS:
+        return confidence(where["alpha"])
     return f"{confidence(where['alpha'])}, δ {where['delta']:g}"
 
 
 def missing_notes(result: AuditResult) -> list[str]:
-    """'loss: no threshold test on the audit samples bound (why)' for each bound not given."""
+    """'loss: no ε bound from the threshold test on the audit samples (why)' for each bound not
+    given; a missing μ bound only when its samples' ε bound was given (else the ε note says
+    why: the same halves)."""
     notes = []
     for o in result.outcomes:
+        m = o.summary
         for key, words in BOUND_WORDS.items():
-            record = getattr(o.summary, key)
-            if record is not None and record.bound is None:
-                notes.append(f"{o.name}: no ε bound from the {words} ({record.reason})")
+            record = getattr(m, key)
+            if record is None or record.bound is not None:
+                continue
+            if key in MU_KEYS:
+                eps = getattr(m, EPSILON_OF_MU[key])
+                if eps is None or eps.bound is None:
+                    continue
+            what = "μ" if key in MU_KEYS else "ε"
+            notes.append(f"{o.name}: no {what} bound from the {words} ({record.reason})")
     return notes
 
 
@@ -113,26 +164,39 @@ class PrivacySection:
 
 def privacy_section(result: AuditResult) -> PrivacySection | None:
     """Per attack: the threshold bound on the audit samples (FP of n₀, FN of n₁ counted on
-    the half that did not choose τ) and, with canaries, the canary threshold bound and the
+    the half that did not choose τ), its μ-GDP bound and that μ's ε estimate (when the run
+    has μ bounds) and, with canaries, the canary threshold bound (and μ bound) and the
     one-run bound with m, k₊, k₋, r, v, α and δ. None when the run computed no bound."""
     audit, line = privacy_audit(result), privacy_line(result)
     if audit is None or line is None:
         return None
     canaries = audit.get("canaries")
+    has = {key: any(getattr(o.summary, key) is not None for o in result.outcomes)
+           for key in MU_KEYS}
     header = ["attack", "ε lb (audit)", "FP / n₀", "FN / n₁"]
+    header += ["μ lb (audit)", "ε est. (μ)"] if has[GAUSSIAN_DP_LOWER_BOUND] else []
     if canaries:
-        header += ["ε lb (canaries)", "ε one-run", "m", "k₊", "k₋", "r", "v", "α", "δ"]
+        header += ["ε lb (canaries)"]
+        header += ["μ lb (canaries)"] if has[CANARY_GAUSSIAN_DP_LOWER_BOUND] else []
+        header += ["ε one-run", "m", "k₊", "k₋", "r", "v", "α", "δ"]
     rows = []
     for o in result.outcomes:
         m = o.summary
         audit_lb = m.epsilon_lower_bound
         b = None if audit_lb is None else audit_lb.bound
-        row = [o.name, epsilon_cell(o, EPSILON_LOWER_BOUND),
+        row = [o.name, bound_cell(o, EPSILON_LOWER_BOUND),
                "-" if b is None else f"{b.fp} / {b.n_nonmembers}",
                "-" if b is None else f"{b.fn} / {b.n_members}"]
+        if has[GAUSSIAN_DP_LOWER_BOUND]:
+            gdp = m.gaussian_dp_lower_bound
+            row += [bound_cell(o, GAUSSIAN_DP_LOWER_BOUND),
+                    fmt_epsilon(None if gdp is None else gdp.epsilon)]
         if canaries:
             one = None if m.one_run is None else m.one_run.bound
-            row += [epsilon_cell(o, CANARY_EPSILON_LOWER_BOUND), epsilon_cell(o, ONE_RUN)]
+            row += [bound_cell(o, CANARY_EPSILON_LOWER_BOUND)]
+            row += [bound_cell(o, CANARY_GAUSSIAN_DP_LOWER_BOUND)] if has[
+                CANARY_GAUSSIAN_DP_LOWER_BOUND] else []
+            row += [bound_cell(o, ONE_RUN)]
             row += (["-"] * 7 if one is None else
                     [str(one.m), str(one.k_plus), str(one.k_minus), str(one.guesses),
                      str(one.correct), f"{one.alpha:g}", f"{one.delta:g}"])
@@ -143,6 +207,14 @@ def privacy_section(result: AuditResult) -> PrivacySection | None:
         f"{audit['delta_source']}); τ chosen on a seeded half of the samples (seed "
         f"{audit['split_seed']}), FP and FN counted on the other half.",
     ]
+    if any(has.values()):
+        legend.append(
+            "μ lb: the μ-GDP lower bound of the same threshold test (Nasr et al. 2023, "
+            "\"Tight Auditing\": μ ≥ Φ⁻¹(1 − FPR⁺) + Φ⁻¹(1 − FNR⁺), the same Clopper–Pearson "
+            "bounds, α and halves; τ chosen on the selection half to maximise μ). ε est. (μ): "
+            "the ε of a μ-GDP mechanism at that δ, a lower bound only if the target's "
+            "trade-off curve is Gaussian (DP-SGD's is close to it)."
+        )
     if canaries:
         legend.append(
             f"Canaries: {canaries['count']} ({canaries.get('kind', 'canaries')}), "

@@ -9,8 +9,8 @@ from typing import Any
 
 from miaudit.report.formatting import fmt_auc, fmt_ci, pct_ci
 from miaudit.report.privacy import (
+    bound_cell,
     column_support,
-    epsilon_cell,
     epsilon_legend,
     missing_notes,
     privacy_line,
@@ -153,7 +153,7 @@ def build_table(result: AuditResult) -> Table:
             row.append(cell)
         bal = met.balanced_accuracy
         row.append("-" if bal is None else f"{bal:.3f}")
-        row += [epsilon_cell(outcome, k) for k, _ in epsilons]
+        row += [bound_cell(outcome, k) for k, _ in epsilons]
         row += [_fmt_cost(label, _cost(outcome.cost, key_)) for key_, label in costs]
         rows.append(row)
         n_bad = met.n_unscorable or 0
@@ -181,11 +181,11 @@ def format_table(result: AuditResult, *, verdict: bool = True) -> str:
     and its legend and footnotes below.
 
     Columns: attack | AUC [CI] | TPR@f [CI] for each reported FPR, with the expected false
-    positives it rests on below the header | bal.acc | ε lb (and ε 1-run with canaries), with
-    their confidence and δ below the header | cost columns (models, queries, train s (orig.),
-    score s) when any attack reports them. Rows: strongest attack first. Below the verdict,
-    the privacy line (the claimed ε and the best lower bound); with canaries, the 'Privacy
-    audit' section at the end.
+    positives it rests on below the header | bal.acc | ε lb, μ lb (μ-GDP; not at δ = 0) and
+    ε 1-run with canaries, with their confidence (and δ) below the header | cost columns
+    (models, queries, train s (orig.), score s) when any attack reports them. Rows: strongest
+    attack first. Below the verdict, the privacy line (the claimed ε and the best lower
+    bound, then the best μ); with canaries, the 'Privacy audit' section at the end.
     """
     table = build_table(result)
     out = []
