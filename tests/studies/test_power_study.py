@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -119,6 +120,11 @@ def test_held_out_seeds_are_the_default():
     cpu_fashion = cells(resolve_config(study, "cpu", {"datasets": ["fashion-mnist"]}))
     split = cpu_fashion[0].params["setup"]["split"]
     assert split["members"] == 2000 and split["audit"] - split["members"] >= 10000
+    shipped = Path(__file__).parents[2] / "examples" / "studies" / "power-three-datasets.yaml"
+    three = cells(resolve_config(study, "cpu", shipped))
+    assert [c.params["dataset"] for c in three[::4]] == ["texas-health", "purchase-celeba",
+                                                         "fashion-mnist"]
+    assert three[-1].params["setup"]["split"]["members"] == 2000
     dev = cells(resolve_config(study, "cpu", {"seeds": DEVELOPMENT_SEEDS,
                                               "datasets": ["texas-health"]}))
     assert [c.params["seed"] for c in dev] == [100, 101]
