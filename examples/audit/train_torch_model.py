@@ -95,7 +95,7 @@ def main() -> None:
             loss = nn.functional.cross_entropy(model(xt[batch]), yt[batch])
             loss.backward()
             optimizer.step()
-            total += float(loss) * len(batch)
+            total += float(loss.detach()) * len(batch)
         print(f"epoch {epoch + 1:2d}  loss {total / len(members):.4f}", flush=True)
     model.eval()
     with torch.no_grad():
