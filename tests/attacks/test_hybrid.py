@@ -5,6 +5,7 @@ from sklearn.metrics import roc_auc_score
 from miaudit.attacks import TargetView, get_attack, run_attack
 from miaudit.attacks.hybrid import (
     DEFAULT_EXTRA_ATTACKS,
+    base_columns,
     fit_imputer,
     hybrid_featurizer,
     usable_extra_attacks,
@@ -33,18 +34,54 @@ def _offline_bank(bank, target=0):
     return _variant(bank, membership=membership)
 
 
-def test_features_are_rapid_then_registry_scores(digits_bank):
+def _loop_per_query_calibrated(view):
+    """Naive: each sample's and query's target loss minus the mean over OUT references."""
+    target, refs, out = view.target_stat("loss"), view.reference_stat("loss"), view.out_mask()
+    expected = np.full(target.shape, np.nan)
+    for n in range(target.shape[0]):
+        chosen = np.flatnonzero(out[:, n])
+        for q in range(target.shape[1]):
+            if chosen.size:
+                expected[n, q] = target[n, q] - refs[chosen, n, q].mean()
+    return expected
+
+
+def test_features_are_rapid_per_query_then_registry_scores(digits_bank):
     shadow = TargetView.of(digits_bank, 0).as_shadow(2)
     names = usable_extra_attacks(TargetView.of(digits_bank, 0), DEFAULT_EXTRA_ATTACKS)
     assert names == list(DEFAULT_EXTRA_ATTACKS)  # balanced design: online is usable
     features, scorable = hybrid_featurizer(names)(shadow)
+    queries = digits_bank.n_queries
+    assert queries > 1 and base_columns(shadow, per_query=True) == 2 + queries
+    assert features.shape[1] == 2 + queries + len(names)
     base, base_ok = rapid_features(shadow)
     np.testing.assert_array_equal(features[:, :2], base)
     np.testing.assert_array_equal(scorable, base_ok)
+    np.testing.assert_allclose(features[:, 2:2 + queries], _loop_per_query_calibrated(shadow),
+                               rtol=1e-12, atol=1e-12)  # fmt: skip
+    # the query mean of the per-query columns is RAPID's calibrated loss
+    np.testing.assert_allclose(features[scorable, 2:2 + queries].mean(axis=1),
+                               base[scorable, 1], rtol=1e-10, atol=1e-12)  # fmt: skip
     for j, name in enumerate(names):
         spec = get_attack(name)
         raw = spec.fn(shadow, **spec.params)
-        np.testing.assert_allclose(features[:, 2 + j], np.sign(raw) * np.log1p(np.abs(raw)))
+        np.testing.assert_allclose(features[:, 2 + queries + j],
+                                   np.sign(raw) * np.log1p(np.abs(raw)))  # fmt: skip
+    without, _ = hybrid_featurizer(names, per_query=False)(shadow)
+    np.testing.assert_array_equal(without, np.delete(features, np.s_[2:2 + queries], axis=1))
+
+
+def test_one_query_banks_get_no_per_query_columns(digits_bank):
+    bank = _variant(digits_bank, logits=digits_bank.logits[:, :, :1], channels={})
+    view = TargetView.of(bank, 0)
+    names = usable_extra_attacks(view, DEFAULT_EXTRA_ATTACKS)
+    assert base_columns(view, per_query=True) == 2
+    with_flag, _ = hybrid_featurizer(names, per_query=True)(view)
+    without, _ = hybrid_featurizer(names, per_query=False)(view)
+    np.testing.assert_array_equal(with_flag, without)
+    a = run_attack("rapid-hybrid", view, **FAST).scores
+    b = run_attack("rapid-hybrid", view, **FAST, per_query=False).scores
+    np.testing.assert_array_equal(a, b)
 
 
 def test_online_feature_is_dropped_without_in_references(digits_bank):
@@ -68,6 +105,9 @@ def test_imputer_uses_shadow_medians_and_flags_missing_values():
     np.testing.assert_array_equal(
         out, [[2.0, 3.0, 2.0, 4.0, 1.0, 0.0], [2.0, 3.0, 9.0, 6.0, 0.0, 1.0]]
     )
+    # three loss columns: only the last is an extra feature
+    out = fit_imputer(train, base=3)(np.array([[2.0, 3.0, 5.0, np.nan]]))
+    np.testing.assert_array_equal(out, [[2.0, 3.0, 5.0, 6.0, 1.0]])
 
 
 def test_missing_online_features_are_imputed_not_dropped(digits_bank):

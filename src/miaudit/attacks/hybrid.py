@@ -5,7 +5,12 @@ version. This variant adds per-sample scores of stronger reference-based attacks
 LiRA (Carlini et al., S&P 2022) offline and online, and RMIA (Zarifzadeh et al., ICML 2024).
 
 Features, for the target and for every shadow view (`TargetView.as_shadow`, leave-one-out):
-  - RAPID's `[S, S - S_ref]` (always);
+  - RAPID's `[S, S - S_ref]` (always; query means);
+  - with `per_query` (default) and a bank of Q > 1 queries, the calibrated loss of each query,
+    `S_q - S_ref,q` (Q columns, in the bank's query order): the query mean hides which views
+    of a sample carry membership, e.g. the augmentations the model trained on against shifts
+    it never saw (EXPERIMENTS.md, "Study: power"). With one query this column would repeat
+    `S - S_ref`, so it is left out;
   - each attack in `extra_attacks` (default lira-offline, lira-online, rmia) whose needs the
     *target* view meets: lira-online only when the bank has IN references (the online design),
     rmia only when it has population samples. The attacks are fetched from the registry by name
@@ -21,6 +26,7 @@ Samples with no OUT reference get NaN, as in RAPID.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -28,11 +34,11 @@ import numpy as np
 from miaudit.attacks.base import Needs, Scored, get_attack, register_attack, scores_of
 from miaudit.attacks.rapid import RAPID_DEFAULTS, rapid_features, rapid_scorer_attack
 from miaudit.attacks.shadow import Featurizer
-from miaudit.attacks.view import TargetView
+from miaudit.attacks.view import TargetView, mean_over_out
 from miaudit.errors import AttackError
 
 DEFAULT_EXTRA_ATTACKS = ("lira-offline", "lira-online", "rmia")
-_BASE_COLUMNS = 2  # RAPID's [S, S - S_ref]
+_RAPID_COLUMNS = 2  # RAPID's [S, S - S_ref]
 
 
 def usable_extra_attacks(view: TargetView, names: Sequence[str]) -> list[str]:
@@ -52,34 +58,59 @@ def _symlog(values: np.ndarray) -> np.ndarray:
     return np.sign(values) * np.log1p(np.abs(values))
 
 
-def hybrid_featurizer(names: Sequence[str]) -> Featurizer:
-    """RAPID's features followed by the (symlog-ed) scores of the registry attacks `names`."""
+def per_query_calibrated_loss(view: TargetView) -> np.ndarray:
+    """`S_q - S_ref,q`, float64 [N, Q]: the target's loss on each query minus the mean loss of
+    the references OUT for the sample on the same query (NaN where none is OUT). Blocked over
+    samples, as `side_means`, so no [R, N, Q] temporary is made."""
+    target = view.target_stat("loss")
+    out = view.out_mask()
+    calibrated = np.empty(target.shape)
+    for block in view.sample_blocks(view.n_references * view.n_queries * 8):
+        reference = mean_over_out(view.reference_stat("loss", block), out[:, block])
+        calibrated[block] = target[block] - reference
+    return calibrated
+
+
+def base_columns(view: TargetView, per_query: bool) -> int:
+    """How many leading columns of the hybrid features are loss features (never NaN where the
+    sample is scorable): RAPID's two, then one per query with `per_query` and Q > 1."""
+    return _RAPID_COLUMNS + (view.n_queries if per_query and view.n_queries > 1 else 0)
+
+
+def hybrid_featurizer(names: Sequence[str], per_query: bool = True) -> Featurizer:
+    """RAPID's features, with `per_query` each query's calibrated loss (banks of Q > 1
+    queries), then the (symlog-ed) scores of the registry attacks `names`."""
     specs = [get_attack(name) for name in names]
 
     def featurize(view: TargetView) -> tuple[np.ndarray, np.ndarray]:
         base, scorable = rapid_features(view)
+        loss_columns = [base]
+        if base_columns(view, per_query) > _RAPID_COLUMNS:
+            loss_columns.append(per_query_calibrated_loss(view))
         extra = [np.asarray(scores_of(spec.fn(view, **spec.params)), dtype=np.float64)
                  for spec in specs]
         columns = [_symlog(np.where(np.isfinite(e), e, np.nan)) for e in extra]
-        return np.column_stack([base, *columns]), scorable
+        return np.column_stack([*loss_columns, *columns]), scorable
 
     return featurize
 
 
-def fit_imputer(features: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """Learn per-column medians of the extra features on shadow rows; the transform fills NaN
-    with them and appends one missing-indicator column per extra feature."""
-    extra = features[:, _BASE_COLUMNS:]
+def fit_imputer(features: np.ndarray, base: int = _RAPID_COLUMNS
+                ) -> Callable[[np.ndarray], np.ndarray]:
+    """Learn per-column medians of the extra features (every column after the first `base`)
+    on shadow rows; the transform fills NaN with them and appends one missing-indicator column
+    per extra feature."""
+    extra = features[:, base:]
     medians = np.zeros(extra.shape[1])
     for j in range(extra.shape[1]):
         finite = extra[:, j][np.isfinite(extra[:, j])]
         medians[j] = np.median(finite) if finite.size else 0.0
 
     def transform(rows: np.ndarray) -> np.ndarray:
-        values = rows[:, _BASE_COLUMNS:]
+        values = rows[:, base:]
         missing = ~np.isfinite(values)
         filled = np.where(missing, medians, values)
-        return np.column_stack([rows[:, :_BASE_COLUMNS], filled, missing.astype(np.float64)])
+        return np.column_stack([rows[:, :base], filled, missing.astype(np.float64)])
 
     return transform
 
@@ -88,16 +119,24 @@ def fit_imputer(features: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     "rapid-hybrid",
     family="shadow",
     needs=Needs(out_references=1, shadows=2),
-    description="RAPID's scorer on [loss, calibrated loss] + LiRA offline/online + RMIA scores",
+    description="RAPID's scorer on [loss, calibrated loss (per query)] + LiRA and RMIA scores",
     image_queries=8,
     extra_attacks=DEFAULT_EXTRA_ATTACKS,
+    per_query=True,
     **RAPID_DEFAULTS,
 )
 def rapid_hybrid_score(
-    view: TargetView, *, extra_attacks: Sequence[str] = DEFAULT_EXTRA_ATTACKS, **params: Any
+    view: TargetView,
+    *,
+    extra_attacks: Sequence[str] = DEFAULT_EXTRA_ATTACKS,
+    per_query: bool = True,
+    **params: Any,
 ) -> Scored:
     """Member log-odds of the hybrid scorer; NaN where no reference is OUT for the sample.
-    Other parameters: RAPID's (`rapid.RAPID_DEFAULTS`)."""
+    `per_query`: add each query's calibrated loss (Q > 1). Other parameters: RAPID's
+    (`rapid.RAPID_DEFAULTS`)."""
     names = usable_extra_attacks(view, extra_attacks)
-    return rapid_scorer_attack(view, hybrid_featurizer(names), preprocess=fit_imputer,
-                               desc="training the rapid-hybrid scorer", **params)  # fmt: skip
+    imputer = partial(fit_imputer, base=base_columns(view, bool(per_query)))
+    return rapid_scorer_attack(view, hybrid_featurizer(names, bool(per_query)),
+                               preprocess=imputer, desc="training the rapid-hybrid scorer",
+                               **params)  # fmt: skip
