@@ -120,11 +120,13 @@ def test_held_out_seeds_are_the_default():
     cpu_fashion = cells(resolve_config(study, "cpu", {"datasets": ["fashion-mnist"]}))
     split = cpu_fashion[0].params["setup"]["split"]
     assert split["members"] == 2000 and split["audit"] - split["members"] >= 10000
-    shipped = Path(__file__).parents[2] / "examples" / "studies" / "power-three-datasets.yaml"
-    three = cells(resolve_config(study, "cpu", shipped))
-    assert [c.params["dataset"] for c in three[::4]] == ["texas-health", "purchase-celeba",
-                                                         "fashion-mnist"]
-    assert three[-1].params["setup"]["split"]["members"] == 2000
+    shipped = Path(__file__).parents[2] / "examples" / "studies" / "power-image-and-tabular.yaml"
+    four = cells(resolve_config(study, "cpu", shipped))
+    assert [c.params["dataset"] for c in four[::4]] == ["texas-health", "purchase-celeba",
+                                                        "fashion-mnist", "mnist"]
+    image = [c.params["setup"] for c in four[8:]]
+    assert all(setup == image[0] for setup in image)  # MNIST: exactly Fashion-MNIST's setup
+    assert image[0]["split"]["members"] == 2000
     dev = cells(resolve_config(study, "cpu", {"seeds": DEVELOPMENT_SEEDS,
                                               "datasets": ["texas-health"]}))
     assert [c.params["seed"] for c in dev] == [100, 101]
