@@ -70,15 +70,8 @@ def test_tau_is_chosen_on_one_half_and_counted_on_the_other(result, digits_bank)
     assert tau == choose_threshold(scores[select], members[select], 1e-5, 0.05)
 
 
-def test_the_selection_never_sees_the_counted_samples(monkeypatch, digits_bank):
-    seen = []
-    real = epsilon_module.best_threshold
-
-    def spy(scores, flags, objective):
-        seen.append(np.asarray(scores).copy())
-        return real(scores, flags, objective)
-
-    monkeypatch.setattr(epsilon_module, "best_threshold", spy)
+def test_the_selection_never_sees_the_counted_samples(threshold_spy, digits_bank):
+    seen = threshold_spy
     members = digits_bank.membership[0][digits_bank.audit]
     scores = np.arange(members.size, dtype=float)  # each score names its sample
     halves = Halves.of(members, 11, 0.0, 0.05)

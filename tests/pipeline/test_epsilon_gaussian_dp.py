@@ -63,15 +63,8 @@ def test_mu_is_the_librarys_bound_on_the_counted_half_at_the_selected_tau(result
     assert result.outcome("loss").metrics[GAUSSIAN_DP_LOWER_BOUND]["mu"] == 0.0
 
 
-def test_tau_never_sees_the_counted_half(monkeypatch, digits_bank):
-    seen = []
-    real = epsilon_module.best_threshold
-
-    def spy(scores, flags, objective):
-        seen.append(np.asarray(scores).copy())
-        return real(scores, flags, objective)
-
-    monkeypatch.setattr(epsilon_module, "best_threshold", spy)
+def test_tau_never_sees_the_counted_half(threshold_spy, digits_bank):
+    seen = threshold_spy
     members = digits_bank.membership[0][digits_bank.audit]
     scores = np.arange(members.size, dtype=float)  # each score names its sample
     halves = Halves.of(members, 11, 1e-5, 0.05)

@@ -76,10 +76,15 @@ def offline_scores(p_target: np.ndarray, p_out: np.ndarray, population: np.ndarr
     """Offline RMIA from the target's likelihood and the OUT references' mean likelihood of
     each sample [N]: Pr(x) = ((1 + a) p_out + (1 - a)) / 2, ratio = p_target / Pr(x), and the
     fraction of population z the ratio dominates by more than `gamma`."""
+    ratio = offline_ratio(p_target, p_out, a)
+    return dominance(ratio, ratio[population], gamma)
+
+
+def offline_ratio(p_target: np.ndarray, p_out: np.ndarray, a: float) -> np.ndarray:
+    """`Pr(x|theta_t) / Pr(x)` with offline RMIA's `Pr(x) = ((1 + a) p_out + (1 - a)) / 2`."""
     if not 0.0 <= a <= 1.0:
         raise AttackError(f"RMIA's offline parameter a must lie in [0, 1]; got {a}.")
-    ratio = _ratio(p_target, 0.5 * ((1.0 + a) * p_out + (1.0 - a)))
-    return dominance(ratio, ratio[population], gamma)
+    return _ratio(p_target, 0.5 * ((1.0 + a) * p_out + (1.0 - a)))
 
 
 @register_attack(
@@ -97,9 +102,7 @@ def informia(view: TargetView, a: float) -> np.ndarray:
     no gamma, and no ties from counting population samples."""
     p_target = view.target_query_mean("prob_true")
     p_out = side_means(view, "prob_true").non_members
-    if not 0.0 <= a <= 1.0:
-        raise AttackError(f"InfoRMIA's offline parameter a must lie in [0, 1]; got {a}.")
-    bits = np.log2(np.maximum(_ratio(p_target, 0.5 * ((1.0 + a) * p_out + (1.0 - a))), _TINY))
+    bits = np.log2(np.maximum(offline_ratio(p_target, p_out, a), _TINY))
     population_bits = bits[view.population]
     population_bits = population_bits[np.isfinite(population_bits)]
     if population_bits.size == 0:
