@@ -148,7 +148,9 @@ def test_format_table(result: AuditResult) -> None:
         assert any(line.startswith(name) for line in lines)
     assert "TPR@0.1%" in lines[0] and "TPR@1%" in lines[0] and "models" in lines[0]
     assert "0.326 exp. FP*" in lines[1] and "3.26 exp. FP*" in lines[1]  # 326 non-members
-    assert "rests on" in text and "treat as indicative" in text  # 300 non-members < 10,000
+    # 300 non-members < 10,000: the legend explains the mark once, with no repeated footnote
+    assert "a TPR resting on fewer than 10 is marked * (indicative)" in text
+    assert "treat as indicative" not in text
     assert "lira-online: 9 of 600 samples unscorable" in text
     assert re.search(r"\d+\.\d% \[\d+\.\d+, \d+\.\d+\]", text)  # "12.3% [10.1, 14.2]"
     # fits a wide terminal (the "train s (orig.)" label costs 8 columns)

@@ -165,8 +165,11 @@ def build_table(result: AuditResult) -> Table:
     skipped = (result.meta or {}).get("skipped") or {}
     if isinstance(skipped, dict):
         unscorable += [f"{name}: skipped ({reason})" for name, reason in skipped.items()]
-    notes = [f"{LOW_SUPPORT_MARK} {w}" for w in warnings] + unscorable + missing_notes(result)
     legend = _order_legend(result, key) if result.outcomes else []
+    # The legend's "exp. FP" line already explains the low-support mark: repeat the warnings
+    # only when there is no such line.
+    shown = [] if key is not None and result.outcomes else warnings
+    notes = [f"{LOW_SUPPORT_MARK} {w}" for w in shown] + unscorable + missing_notes(result)
     if epsilons:
         legend.append(epsilon_legend([label for _, label in epsilons]))
     cached = cache_note(result.meta or {}) if any(lab == TRAIN_LABEL for _, lab in costs) else None
