@@ -60,10 +60,14 @@ class _HalvesRecord:
     reason: str | None = None
 
     HEADLINE: ClassVar[str] = "epsilon"  # the bound's field the dict sets None when no bound
+    # The bound's dataclass in miaudit.privacy, by name: imported only when a dict is read.
+    BOUND_TYPE: ClassVar[str] = "EpsilonBound"
 
-    @staticmethod
-    def _bound_type() -> type:
-        raise NotImplementedError
+    @classmethod
+    def _bound_type(cls) -> type:
+        import miaudit.privacy
+
+        return getattr(miaudit.privacy, cls.BOUND_TYPE)
 
     @property
     def value(self) -> float | None:
@@ -101,12 +105,6 @@ class ThresholdEpsilon(_HalvesRecord):
 
     bound: EpsilonBound | None
 
-    @staticmethod
-    def _bound_type() -> type:
-        from miaudit.privacy import EpsilonBound
-
-        return EpsilonBound
-
 
 @dataclass(frozen=True)
 class ThresholdGaussianDP(_HalvesRecord):
@@ -117,12 +115,7 @@ class ThresholdGaussianDP(_HalvesRecord):
     bound: GaussianDPBound | None
 
     HEADLINE: ClassVar[str] = "mu"
-
-    @staticmethod
-    def _bound_type() -> type:
-        from miaudit.privacy import GaussianDPBound
-
-        return GaussianDPBound
+    BOUND_TYPE: ClassVar[str] = "GaussianDPBound"
 
     @property
     def mu(self) -> float | None:
