@@ -1,9 +1,11 @@
+from itertools import pairwise
+
 import numpy as np
 import pytest
 from scipy.special import softmax
 
 from miaudit.attacks import TargetView, run_attack
-from miaudit.attacks.rmia import dominance
+from miaudit.attacks.rmia import TIE_BREAK, dominance
 from miaudit.errors import AttackError
 from miaudit.signals import SignalBank
 
@@ -38,7 +40,7 @@ def _direct_offline(bank, target, a=0.3, gamma=2.0):
     return _score(ratio, ratio[bank.population], gamma)
 
 
-def _direct_online(bank, target, gamma=2.0):
+def _online_ratios(bank, target):
     pr = _pr(bank)
     refs = [m for m in range(bank.n_models) if m != target]
     p_x = np.full(bank.n_samples, np.nan)
@@ -48,37 +50,159 @@ def _direct_online(bank, target, gamma=2.0):
         if ins and outs:
             p_x[n] = 0.5 * (np.mean(pr[ins, n]) + np.mean(pr[outs, n]))
     pop = bank.population
-    ratio_z = pr[target, pop] / pr[refs][:, pop].mean(axis=0)
-    return _score(pr[target] / p_x, ratio_z, gamma)
+    return pr[target] / p_x, pr[target, pop] / pr[refs][:, pop].mean(axis=0)
+
+
+def _direct_online(bank, target, gamma=2.0):
+    return _score(*_online_ratios(bank, target), gamma)
 
 
 @pytest.mark.parametrize("target", [0, 3])
-def test_rmia_matches_direct_computation(digits_bank, target):
+def test_rmia_with_tie_break_none_is_the_papers_score(digits_bank, target):
     view = TargetView.of(digits_bank, target)
     np.testing.assert_allclose(
-        run_attack("rmia", view).scores, _direct_offline(digits_bank, target), atol=1e-12
+        run_attack("rmia", view, tie_break="none").scores, _direct_offline(digits_bank, target),
+        atol=1e-12,
     )
     np.testing.assert_allclose(
-        run_attack("rmia-online", view).scores, _direct_online(digits_bank, target), atol=1e-12
+        run_attack("rmia-online", view, tie_break="none").scores,
+        _direct_online(digits_bank, target), atol=1e-12,
     )
 
 
 @pytest.mark.parametrize("a,gamma", [(0.0, 1.0), (1.0, 2.0), (0.6, 4.0)])
 def test_rmia_parameters_match_direct_computation(digits_bank, a, gamma):
     view = TargetView.of(digits_bank, 1)
-    got = run_attack("rmia", view, a=a, gamma=gamma).scores
+    got = run_attack("rmia", view, a=a, gamma=gamma, tie_break="none").scores
     np.testing.assert_allclose(got, _direct_offline(digits_bank, 1, a, gamma), atol=1e-12)
-    got = run_attack("rmia-online", view, gamma=gamma).scores
+    got = run_attack("rmia-online", view, gamma=gamma, tie_break="none").scores
     np.testing.assert_allclose(got, _direct_online(digits_bank, 1, gamma), atol=1e-12)
 
 
-def test_larger_gamma_never_raises_a_score(digits_bank):
+@pytest.mark.parametrize("tie_break", ["none", "ratio"])
+def test_larger_gamma_never_raises_a_score(digits_bank, tie_break):
     view = TargetView.of(digits_bank, 0)
     for name in ("rmia", "rmia-online"):
-        scores = np.array([run_attack(name, view, gamma=g).scores for g in (1.0, 2.0, 4.0)])
+        scores = np.array([run_attack(name, view, gamma=g, tie_break=tie_break).scores
+                           for g in (1.0, 2.0, 4.0)])
         audit = scores[:, digits_bank.audit]
         assert (np.diff(audit, axis=0) <= 0).all(), name
         assert (np.diff(audit, axis=0) < 0).any(), name
+
+
+def _naive_tie_broken(ratio_x, ratio_z, gamma):
+    """The documented tie-broken score, one sample at a time: (count + u) / Z, u where
+    t = ratio_x / gamma lies between the population ratios around it."""
+    zs = sorted(float(z) for z in ratio_z if not np.isnan(z))
+    out = []
+    for r in ratio_x:
+        if np.isnan(r):
+            out.append(np.nan)
+            continue
+        t = r / gamma
+        # the paper's numerator, |{z : r / z > gamma}| (r / 0 = inf for r > 0)
+        count = sum(1 for z in zs if z == 0 or r / z > gamma) if t > 0 else 0
+        if count == len(zs):
+            u = 1.0 - zs[-1] / t
+        else:
+            lo = zs[count - 1] if count else 0.0
+            hi = zs[count]
+            u = (t - lo) / (hi - lo) if hi > lo else 0.0
+        out.append((count + u) / len(zs))
+    return np.array(out)
+
+
+def _ratios(seed=0):
+    """Population and sample ratios with repeated values, zeros, ties and NaNs."""
+    rng = np.random.default_rng(seed)
+    ratio_z = np.concatenate([rng.exponential(size=60), [0.0, 0.5, 0.5, 1.0, 1.0, np.nan]])
+    ratio_x = np.concatenate([rng.exponential(size=400), rng.choice(ratio_z[:-1], 40) * 2.0,
+                              [0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 50.0, np.nan]])
+    return rng.permutation(ratio_x), ratio_z
+
+
+@pytest.mark.parametrize("gamma", [0.5, 1.0, 2.0, 3.0])
+def test_tie_break_matches_a_naive_loop(gamma):
+    ratio_x, ratio_z = _ratios()
+    got = dominance(ratio_x, ratio_z, gamma, tie_break="ratio")
+    np.testing.assert_allclose(got, _naive_tie_broken(ratio_x, ratio_z, gamma), rtol=1e-12,
+                               atol=1e-15)
+    # the order is the one of sorting by (paper's count, ratio): equal keys tie, others never
+    paper = dominance(ratio_x, ratio_z, gamma, tie_break="none")
+    ok = np.flatnonzero(~np.isnan(ratio_x))
+    keys = sorted(ok, key=lambda i: (paper[i], ratio_x[i]))
+    for i, j in pairwise(keys):
+        if (paper[i], ratio_x[i]) == (paper[j], ratio_x[j]):
+            assert got[i] == got[j]
+        else:
+            assert got[i] < got[j], (ratio_x[i], ratio_x[j])
+
+
+@pytest.mark.parametrize("gamma", [0.5, 2.0])
+def test_tie_break_never_reorders_different_counts(gamma):
+    ratio_x, ratio_z = _ratios(1)
+    paper = dominance(ratio_x, ratio_z, gamma, tie_break="none")
+    broken = dominance(ratio_x, ratio_z, gamma, tie_break="ratio")
+    ok = ~np.isnan(paper)
+    size = np.count_nonzero(~np.isnan(ratio_z))
+    # within one count step above the paper's score
+    assert (broken[ok] >= paper[ok]).all()
+    assert (broken[ok] <= paper[ok] + 1 / size + 1e-12).all()
+    p, b = paper[ok], broken[ok]
+    lower = p[:, None] < p[None, :]
+    assert (b[:, None] <= b[None, :])[lower].all()
+    assert (b[:, None] < b[None, :])[lower].mean() > 0.99  # ties across counts: only at steps
+    # and it breaks the paper's ties: the largest tie group shrinks to the exactly equal ratios
+    _, counts = np.unique(p, return_counts=True)
+    _, broken_counts = np.unique(b, return_counts=True)
+    _, ratio_counts = np.unique(ratio_x[ok], return_counts=True)
+    assert broken_counts.max() == ratio_counts.max() < counts.max()
+
+
+@pytest.mark.parametrize("tie_break", ["none", "ratio"])
+def test_dominance_nan_handling(tie_break):
+    ratio_x = np.array([0.5, np.nan, 2.0, 0.0])
+    ratio_z = np.array([np.nan, 0.2, 1.0, np.nan])
+    got = dominance(ratio_x, ratio_z, 1.0, tie_break=tie_break)
+    assert np.isnan(got).tolist() == [False, True, False, False]
+    np.testing.assert_array_equal(got, dominance(ratio_x, ratio_z[[1, 2]], 1.0, tie_break))
+    assert np.isnan(dominance(ratio_x, np.array([np.nan, np.nan]), 1.0, tie_break)).all()
+    with pytest.raises(AttackError, match="tie_break must be one of"):
+        dominance(ratio_x, ratio_z, 1.0, tie_break="rank")
+
+
+@pytest.mark.parametrize("gamma", [1.0, 2.0])
+def test_online_tie_break_matches_a_naive_loop(digits_bank, gamma):
+    """rmia-online shares `dominance`, so its tie-break is the same rule on its own ratios."""
+    view = TargetView.of(digits_bank, 4)
+    ratio_x, ratio_z = _online_ratios(digits_bank, 4)
+    got = run_attack("rmia-online", view, gamma=gamma, tie_break="ratio").scores
+    np.testing.assert_allclose(got, _naive_tie_broken(ratio_x, ratio_z, gamma), rtol=1e-9,
+                               atol=1e-12)
+    audit = digits_bank.audit & ~np.isnan(got)
+    paper = run_attack("rmia-online", view, gamma=gamma, tie_break="none").scores
+    assert np.unique(got[audit]).size == np.unique(ratio_x[audit]).size
+    assert np.unique(got[audit]).size > np.unique(paper[audit]).size
+
+
+def test_tie_break_ranks_as_the_ratio_and_informia(digits_bank):
+    """The paper's count is a non-decreasing step function of the ratio, so ordering by
+    (count, ratio) is ordering by the ratio: tie-broken RMIA ranks the samples exactly as
+    informia does, whatever gamma and the population."""
+    view = TargetView.of(digits_bank, 2)
+    info = run_attack("informia", view).scores
+    ok = np.isfinite(info)
+    for gamma in (1.0, 2.0, 8.0):
+        rmia = run_attack("rmia", view, gamma=gamma, tie_break="ratio").scores
+        assert np.array_equal(np.isnan(rmia), ~ok)
+        order = np.argsort(info[ok], kind="stable")
+        assert (np.diff(rmia[ok][order]) >= 0).all()
+        assert np.array_equal(np.diff(rmia[ok][order]) > 0, np.diff(info[ok][order]) > 0)
+    assert TIE_BREAK == "ratio"  # the default (EXPERIMENTS.md, "RMIA ties")
+    np.testing.assert_array_equal(run_attack("rmia", view).scores,
+                                  run_attack("rmia", view, tie_break="ratio").scores)
+    with pytest.raises(AttackError, match="tie_break"):
+        run_attack("rmia-online", view, tie_break="random")
 
 
 def test_parameter_a_moves_pr_x_towards_the_out_mean(digits_bank):
@@ -100,7 +224,7 @@ def test_dominance_matches_the_pairwise_matrix_with_ties_and_zeros():
     ratio_x = np.concatenate([rng.exponential(size=200), [0.0, 2.0, 4.0, np.nan]])
     for gamma in (0.5, 1.0, 2.0):
         np.testing.assert_array_equal(
-            dominance(ratio_x, ratio_z, gamma), _score(ratio_x, ratio_z, gamma)
+            dominance(ratio_x, ratio_z, gamma, tie_break="none"), _score(ratio_x, ratio_z, gamma)
         )
 
 
@@ -112,10 +236,11 @@ def test_missing_references_give_nan_exactly_there(digits_bank):
     membership[:, no_out] = True
     membership[:, no_in] = False
     view = TargetView.of(_variant(digits_bank, membership), target)
-    offline = run_attack("rmia", view).scores
-    online = run_attack("rmia-online", view).scores
-    assert np.nonzero(np.isnan(offline[audit]))[0].tolist() == [1]
-    assert np.nonzero(np.isnan(online[audit]))[0].tolist() == [1, 2]
+    for tie_break in ("none", "ratio"):
+        offline = run_attack("rmia", view, tie_break=tie_break).scores
+        online = run_attack("rmia-online", view, tie_break=tie_break).scores
+        assert np.nonzero(np.isnan(offline[audit]))[0].tolist() == [1]
+        assert np.nonzero(np.isnan(online[audit]))[0].tolist() == [1, 2]
 
 
 def test_scores_ignore_the_target_membership(digits_bank):

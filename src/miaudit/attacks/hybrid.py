@@ -38,6 +38,10 @@ from miaudit.attacks.view import TargetView, mean_over_out
 from miaudit.errors import AttackError
 
 DEFAULT_EXTRA_ATTACKS = ("lira-offline", "lira-online", "rmia")
+# The extra features as rapid-hybrid's defaults were chosen on the power study's development
+# banks: RMIA's paper score (its count, ties kept), not its tie-broken default, which moved
+# rapid-hybrid's TPR@0.1% there by -0.11 to +0.02 points (EXPERIMENTS.md, "RMIA ties").
+FEATURE_PARAMS = {"rmia": {"tie_break": "none"}, "rmia-online": {"tie_break": "none"}}
 _RAPID_COLUMNS = 2  # RAPID's [S, S - S_ref]
 
 
@@ -87,8 +91,9 @@ def hybrid_featurizer(names: Sequence[str], per_query: bool = True) -> Featurize
         loss_columns = [base]
         if base_columns(view, per_query) > _RAPID_COLUMNS:
             loss_columns.append(per_query_calibrated_loss(view))
-        extra = [np.asarray(scores_of(spec.fn(view, **spec.params)), dtype=np.float64)
-                 for spec in specs]
+        extra = [np.asarray(scores_of(spec.fn(view, **{**spec.params,
+                                                         **FEATURE_PARAMS.get(spec.name, {})})),
+                            dtype=np.float64) for spec in specs]
         columns = [_symlog(np.where(np.isfinite(e), e, np.nan)) for e in extra]
         return np.column_stack([*loss_columns, *columns]), scorable
 

@@ -23,6 +23,12 @@ references, with no `a` interpolation. No trimmed mean is applied to the referen
 not find one in the paper's definition of Pr(x), and with a handful of references per side it
 would discard most of them. A sample without an
 OUT reference (or, online, without an IN one) scores NaN.
+
+Ties (`tie_break`, both variants; `dominance`): the paper's score is a count, and on small
+populations most samples share one value (84 % of `miaudit demo`'s). `tie_break: "ratio"` (the
+default) orders samples with equal counts by their ratio and never reorders different counts,
+so one target's samples rank exactly as their ratio does; `"none"` is the paper's score
+(docs/algorithms.md §6, EXPERIMENTS.md "RMIA ties").
 """
 
 from __future__ import annotations
@@ -36,20 +42,59 @@ from miaudit.errors import AttackError
 _TINY = np.finfo(np.float64).tiny  # keeps a zero Pr(x) (only possible with a = 1) finite
 
 
-def dominance(ratio_x: np.ndarray, ratio_z: np.ndarray, gamma: float) -> np.ndarray:
+TIE_BREAKS = ("none", "ratio")
+# The default of rmia, rmia-online and `dominance` (EXPERIMENTS.md, "RMIA ties"); lm-rmia,
+# through `offline_scores`, keeps the paper's score ("none") until it is measured on text.
+TIE_BREAK = "ratio"
+
+
+def dominance(ratio_x: np.ndarray, ratio_z: np.ndarray, gamma: float,
+              tie_break: str = TIE_BREAK) -> np.ndarray:
     """Fraction of `ratio_z [Z]` with `ratio_x / ratio_z > gamma`, for each of `ratio_x [N]`.
 
     Vectorised by sorting: `ratio_x / ratio_z > gamma <=> ratio_z < ratio_x / gamma` for
     ratio_z >= 0 and gamma > 0. NaN ratio_x gives NaN.
+
+    `tie_break="none"` is the paper's score, `count / Z` with `count = |{z : z < t}|` and
+    `t = ratio_x / gamma`. `tie_break="ratio"` adds where `t` lies between the two population
+    ratios around it, so that samples with the same count are ordered by their ratio and
+    samples with different counts never swap: `(count + u) / Z`, with
+    `u = (t - z_(count)) / (z_(count+1) - z_(count))` in (0, 1] (z_(k) the k-th smallest
+    population ratio, z_(0) = 0, so u = t / z_(1) in [0, 1] for count 0) and, above the
+    largest, `u = 1 - z_(Z) / t` in (0, 1]. That is the linear interpolation of the
+    population's empirical CDF at `t`: it depends on x and the population only, stays within
+    one count step `1 / Z` above the paper's score, and never rises with gamma
+    (docs/algorithms.md §6).
     """
     if not gamma > 0:
         raise AttackError(f"RMIA's gamma must be positive; got {gamma}.")
+    if tie_break not in TIE_BREAKS:
+        raise AttackError(f"RMIA's tie_break must be one of {', '.join(TIE_BREAKS)}; got "
+                          f"{tie_break!r}.")
     ratio_z = np.sort(ratio_z[~np.isnan(ratio_z)])
     if ratio_z.size == 0:
         return np.full(ratio_x.shape, np.nan)
     nan = np.isnan(ratio_x)
-    count = np.searchsorted(ratio_z, np.where(nan, 0.0, ratio_x) / gamma, side="left")
-    return np.where(nan, np.nan, count / ratio_z.size)
+    t = np.where(nan, 0.0, ratio_x) / gamma
+    count = np.searchsorted(ratio_z, t, side="left")
+    if tie_break == "none":
+        return np.where(nan, np.nan, count / ratio_z.size)
+    return np.where(nan, np.nan, (count + _within_step(t, count, ratio_z)) / ratio_z.size)
+
+
+def _within_step(t: np.ndarray, count: np.ndarray, ratio_z: np.ndarray) -> np.ndarray:
+    """Where `t` lies in its count's step, in [0, 1]: 0 at the population ratio below it
+    (0 for count 0), 1 at the one above it (`count` = |{z < t}|, `ratio_z` sorted, t >= 0)."""
+    size = ratio_z.size
+    lo = np.where(count > 0, ratio_z[np.maximum(count - 1, 0)], 0.0)
+    inside = count < size
+    hi = ratio_z[np.minimum(count, size - 1)]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        between = (t - lo) / (hi - lo)  # lo < t <= hi (lo = 0 <= t for count 0)
+        above = 1.0 - ratio_z[-1] / t  # t > the largest population ratio (>= 0)
+    u = np.where(inside, between, above)
+    # hi == lo only for count 0 with z_(1) = 0, i.e. t = 0; above: t > z_(Z) >= 0, so t > 0
+    return np.clip(np.nan_to_num(u, nan=0.0), 0.0, 1.0)
 
 
 def _ratio(p_target: np.ndarray, p_x: np.ndarray) -> np.ndarray:
@@ -63,21 +108,23 @@ def _ratio(p_target: np.ndarray, p_x: np.ndarray) -> np.ndarray:
     description="Zarifzadeh et al. (offline): fraction of population z with LR(x, z) > gamma",
     a=0.3,
     gamma=2.0,
+    tie_break=TIE_BREAK,
 )
-def rmia_offline(view: TargetView, a: float, gamma: float) -> np.ndarray:
+def rmia_offline(view: TargetView, a: float, gamma: float, tie_break: str) -> np.ndarray:
     """Offline RMIA (Zarifzadeh et al. 2024), Pr(x) from OUT references via parameter `a`."""
     p_target = view.target_query_mean("prob_true")
     p_out = side_means(view, "prob_true").non_members  # [N]; NaN without OUT refs
-    return offline_scores(p_target, p_out, view.population, a, gamma)
+    return offline_scores(p_target, p_out, view.population, a, gamma, tie_break)
 
 
 def offline_scores(p_target: np.ndarray, p_out: np.ndarray, population: np.ndarray, a: float,
-                   gamma: float) -> np.ndarray:
+                   gamma: float, tie_break: str = "none") -> np.ndarray:
     """Offline RMIA from the target's likelihood and the OUT references' mean likelihood of
     each sample [N]: Pr(x) = ((1 + a) p_out + (1 - a)) / 2, ratio = p_target / Pr(x), and the
-    fraction of population z the ratio dominates by more than `gamma`."""
+    fraction of population z the ratio dominates by more than `gamma` (`tie_break`: see
+    `dominance`; "none", the paper's score, unless the caller asks: lm-rmia does not)."""
     ratio = offline_ratio(p_target, p_out, a)
-    return dominance(ratio, ratio[population], gamma)
+    return dominance(ratio, ratio[population], gamma, tie_break)
 
 
 def offline_ratio(p_target: np.ndarray, p_out: np.ndarray, a: float) -> np.ndarray:
@@ -116,12 +163,13 @@ def informia(view: TargetView, a: float) -> np.ndarray:
     needs=Needs(in_references=1, out_references=1, population=True),
     description="Zarifzadeh et al. (online): Pr(x) = (mean_IN + mean_OUT)/2 over references",
     gamma=2.0,
+    tie_break=TIE_BREAK,
 )
-def rmia_online(view: TargetView, gamma: float) -> np.ndarray:
+def rmia_online(view: TargetView, gamma: float, tie_break: str) -> np.ndarray:
     """Online RMIA (Zarifzadeh et al. 2024): Pr(x) from IN and OUT references equally."""
     p_target = view.target_query_mean("prob_true")
     means = side_means(view, "prob_true")  # Pr(x|theta_r) averaged over IN, OUT, all refs
     ratio_x = _ratio(p_target, 0.5 * (means.members + means.non_members))
     population = view.population
     ratio_z = _ratio(p_target[population], means.every[population])
-    return dominance(ratio_x, ratio_z, gamma)
+    return dominance(ratio_x, ratio_z, gamma, tie_break)
