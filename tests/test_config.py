@@ -100,3 +100,96 @@ def test_split_members_and_target_are_checked_up_front():
         config_from_dict({"design": "online", "split": {"members": 0.2}})
     with pytest.raises(ConfigError, match=r"target is 3, but the run has 2 models"):
         config_from_dict({"models": 2, "target": 3})
+
+
+UNTRAINABLE = [("epochs", 0), ("epochs", -3), ("batch_size", 0), ("lr", 0), ("lr", 0.0),
+               ("lr", -0.1), ("lr", float("nan")), ("lr", float("inf")), ("epochs", "3")]
+
+
+@pytest.mark.parametrize(("key", "value"), UNTRAINABLE, ids=str)
+@pytest.mark.parametrize(
+    ("place", "data"),
+    [
+        ("recipe", lambda f: {"recipe": f}),
+        ("reference_recipe", lambda f: {"reference_recipe": f}),
+        ("recipes.strong", lambda f: {"recipes": {"strong": f}, "recipe": "strong"}),
+        ("recipes.weak", lambda f: {"recipes": {"weak": f}}),  # named, even if unused
+    ],
+)
+def test_recipes_that_cannot_train_are_refused_naming_the_key(place, data, key, value):
+    with pytest.raises(ConfigError) as err:
+        config_from_dict(data({key: value}))
+    message = str(err.value)
+    assert message.startswith(f"{place}.{key} is {value!r}, which cannot train a model")
+    assert f"Set {place}.{key} to " in message  # and the fix
+
+
+@pytest.mark.parametrize(("key", "value"), [("epochs", 0), ("lr", 0.0), ("lr", float("nan")),
+                                            ("batch_size", 0), ("epochs", 1.5)], ids=str)
+def test_forgetting_training_is_checked_like_a_recipe(key, value):
+    with pytest.raises(ConfigError, match=rf"^forgetting\.{key} is .*Set forgetting\.{key} to"):
+        config_from_dict({"forgetting": {"models": 2, key: value}})
+
+
+def test_forgetting_needs_a_count_and_accepts_an_empty_section():
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="forgetting.models must be an integer >= 0"):
+            config_from_dict({"forgetting": {"models": bad}})
+    assert config_from_dict({"forgetting": None}).forgetting.models == 0
+
+
+def test_recipes_that_train_still_pass():
+    good = {"epochs": 1, "batch_size": 1, "lr": 1e-5}
+    cfg = config_from_dict({"recipe": good, "reference_recipe": {"epochs": 2.0, "lr": 3},
+                            "recipes": {"s": good},
+                            "forgetting": {"models": 1, "epochs": 1, "lr": 0.01}})
+    assert cfg.recipe == good
+    from miaudit.pipeline.models import resolve_recipes
+
+    recipes = resolve_recipes(cfg)
+    assert (recipes.target.epochs, recipes.target.lr) == (1, 1e-5)
+    assert (recipes.reference.epochs, recipes.reference.lr) == (2, 3.0)
+
+
+def test_resolving_an_unchecked_config_names_the_key():
+    """A RunConfig built in Python, never validated: resolving its recipes (the first thing a
+    run does, before any dataset loads) names the key."""
+    from miaudit.config import RunConfig
+    from miaudit.pipeline.models import resolve_recipes
+
+    with pytest.raises(ConfigError, match=r"^recipes\.big\.lr is 0"):
+        resolve_recipes(RunConfig(recipes={"big": {"lr": 0}}, recipe="big"))
+    with pytest.raises(ConfigError, match=r"^reference_recipe\.batch_size is 0"):
+        resolve_recipes(RunConfig(reference_recipe={"batch_size": 0}))
+
+
+@pytest.mark.parametrize(("key", "value"), UNTRAINABLE, ids=str)
+def test_audit_reference_recipes_that_cannot_train_are_refused(key, value):
+    from miaudit.audit.config import audit_config
+
+    data = {"model": {"estimator": "m.joblib"},
+            "data": {"dataset": "digits", "members": "members.txt"},
+            "references": {"recipe": {"epochs": 5, key: value}}}
+    with pytest.raises(ConfigError) as err:
+        audit_config(data)
+    assert str(err.value).startswith(f"references.recipe.{key} is {value!r}, which cannot "
+                                     "train a model")
+    data["references"]["recipe"] = {"epochs": 5, "lr": 0.01, "batch_size": 32}
+    assert audit_config(data).references.recipe["epochs"] == 5
+
+
+def test_run_command_fails_fast_on_an_untrainable_recipe(tmp_path, capsys):
+    """`miaudit run` with recipe {epochs: 0} used to train an untrained target; now it stops
+    with exit code 2 and the message while reading the config: no run folder, no model."""
+    from miaudit.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "name: untrained\ndataset: {name: digits}\n"
+        "recipe: {architecture: mlp, arch_params: {hidden: 8}, epochs: 0}\n"
+        f"output: {tmp_path / 'run'}\ncache_dir: {tmp_path / 'cache'}\n", encoding="utf-8")
+    assert main(["run", str(config), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "recipe.epochs is 0, which cannot train a model" in err
+    assert "Set recipe.epochs to 1 or more" in err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()

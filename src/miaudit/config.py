@@ -82,6 +82,9 @@ class MetricsConfig:
     # (a DP-SGD target is audited at its recipe's δ), and α = 1 - the bounds' confidence
     epsilon_delta: float = 1e-5
     epsilon_alpha: float = 0.05
+    # the model-free split check (docs/algorithms.md §20): can members be told from
+    # non-members without the model? A few seconds; false only to save them
+    split_check: bool = True
 
     def __post_init__(self) -> None:
         # checked here, not in _check_types: `miaudit audit` and the Python API build this
@@ -243,10 +246,7 @@ def _check_types(cfg: RunConfig) -> None:
     need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
          f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
     need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
-    need(isinstance(cfg.forgetting.models, int) and cfg.forgetting.models >= 0,
-         "forgetting.models must be an integer >= 0.")
-    need(isinstance(cfg.forgetting.epochs, int) and cfg.forgetting.epochs >= 1,
-         "forgetting.epochs must be an integer >= 1.")
+    _check_forgetting(cfg)
     for name in cfg.attack_params:
         need(name in cfg.attacks, f"attack_params names '{name}', which is not in attacks.")
 
@@ -303,9 +303,29 @@ def _suggest(word: str, choices: list[str]) -> str:
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
+def _check_forgetting(cfg: RunConfig) -> None:
+    """``forgetting``: a count of copies >= 0, and the copies' training, epochs (always given)
+    and, when set, lr and batch_size, by the recipe's rule (miaudit.train.recipe's
+    check_trainable)."""
+    from miaudit.train.recipe import check_trainable
+
+    if cfg.forgetting is None:  # `forgetting:` left empty in the YAML
+        cfg.forgetting = ForgettingConfig()
+    forgetting = cfg.forgetting
+    models = forgetting.models
+    if isinstance(models, bool) or not isinstance(models, int) or models < 0:
+        raise ConfigError(f"forgetting.models must be an integer >= 0 (0: off); got {models!r}.")
+    fields = {"epochs": forgetting.epochs, "lr": forgetting.lr,
+              "batch_size": forgetting.batch_size}
+    check_trainable({k: v for k, v in fields.items() if v is not None}, "forgetting")
+
+
 def _check_recipes(cfg: RunConfig) -> None:
     """``recipes`` maps names to mappings; ``recipe`` and ``reference_recipe`` are mappings or
-    names that exist (ConfigError with a suggestion otherwise)."""
+    names that exist (ConfigError with a suggestion otherwise); every mapping's epochs,
+    batch_size and lr can train (the recipe's own rule, with the key's place in the config)."""
+    from miaudit.train.recipe import check_trainable
+
     if not isinstance(cfg.recipes, dict):
         raise ConfigError("recipes must map recipe names to mappings of recipe fields.")
     for name, fields in cfg.recipes.items():
@@ -316,6 +336,10 @@ def _check_recipes(cfg: RunConfig) -> None:
             )
         if not isinstance(fields, dict):
             raise ConfigError(f"recipes.{name} must be a mapping of recipe fields.")
+        check_trainable(fields, f"recipes.{name}")
+    for where in ("recipe", "reference_recipe"):
+        if isinstance(getattr(cfg, where), dict):
+            check_trainable(getattr(cfg, where), where)
     names = list(cfg.recipes)
     if isinstance(cfg.recipe, str):
         if cfg.recipe not in cfg.recipes:

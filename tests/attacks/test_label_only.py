@@ -1,8 +1,15 @@
+import json
+
 import numpy as np
 import pytest
 
 from miaudit.attacks import TargetView, get_attack, run_attack
+from miaudit.attacks.base import Needs
+from miaudit.cli import main
+from miaudit.config import MetricsConfig
 from miaudit.errors import AttackError
+from miaudit.pipeline.evaluate import evaluate_bank
+from miaudit.report import format_table
 from miaudit.signals import SignalBank
 
 
@@ -61,3 +68,57 @@ def test_boundary_attacks_need_the_channel(digits_bank):
     # The hint names the config switch for this channel, not another channel's.
     with pytest.raises(AttackError, match=r"signals\.boundary_distance: true"):
         run_attack("boundary-distance", TargetView.of(digits_bank, 0))
+
+
+def _plain_only(bank: SignalBank) -> SignalBank:
+    """The bank with its plain query alone (what tabular data gets)."""
+    return bank.replace(logits=bank.logits[:, :, :1])
+
+
+def test_augmentation_consistency_declares_an_augmented_query():
+    needs = get_attack("augmentation-consistency").needs
+    assert needs.augmented_queries == 1
+    assert get_attack("correctness").needs.augmented_queries == 0  # plain-query attacks: none
+
+
+def test_augmentation_consistency_refuses_a_plain_only_bank(digits_bank):
+    view = TargetView.of(_plain_only(digits_bank), 0)
+    # on one query it is exactly correctness: the duplicate the need keeps out of the table
+    fn = get_attack("augmentation-consistency").fn
+    np.testing.assert_array_equal(fn(view), run_attack("correctness", view).scores)
+    with pytest.raises(AttackError) as err:
+        run_attack("augmentation-consistency", view)
+    message = str(err.value)
+    assert "needs at least 1 augmented query per sample beyond the plain one" in message
+    assert "the bank has 1 query (plain only)" in message and "signals.queries" in message
+    # two queries (plain + shifted) are enough
+    Needs(augmented_queries=1).check(TargetView.of(digits_bank, 0), "augmentation-consistency")
+    with pytest.raises(AttackError, match="needs at least 2 augmented queries.*has 2 queries"):
+        Needs(augmented_queries=2).check(TargetView.of(digits_bank, 0), "x")
+
+
+def test_a_plain_only_bank_skips_it_with_the_reason(digits_bank):
+    """What `miaudit attack`, `miaudit audit` and miaudit.attack() do with every attack: the
+    ones the bank cannot support are listed with the reason, the others run."""
+    result = evaluate_bank(_plain_only(digits_bank), 0, ["correctness", "augmentation-consistency"],
+                           metric_cfg=MetricsConfig(bootstrap=0), skip_unsupported=True,
+                           progress=False)
+    assert [o.name for o in result.outcomes] == ["correctness"]
+    reason = result.meta["skipped"]["augmentation-consistency"]
+    assert "augmented query" in reason and "plain only" in reason
+    assert "augmentation-consistency: skipped (attack 'augmentation-consistency' cannot run: " \
+           "needs at least 1 augmented query" in format_table(result, width=None)
+
+
+def test_miaudit_attack_on_a_plain_only_bank(digits_bank, tmp_path, capsys):
+    path = _plain_only(digits_bank).save(tmp_path / "bank.npz")
+    assert main(["attack", str(path), "--target", "0", "--out", str(tmp_path / "all")]) == 0
+    summary = json.loads((tmp_path / "all" / "summary.json").read_text())
+    metrics = json.loads((tmp_path / "all" / "metrics.json").read_text())
+    assert "correctness" in metrics and "augmentation-consistency" not in metrics
+    assert "augmented query" in summary["skipped"]["augmentation-consistency"]
+    # named explicitly, it is refused with the same reason (nothing is skipped silently)
+    code = main(["attack", str(path), "--target", "0", "--attacks", "augmentation-consistency",
+                 "--out", str(tmp_path / "named")])
+    assert code == 2
+    assert "augmented query" in capsys.readouterr().err

@@ -129,3 +129,35 @@ def test_plain_drops_augmentation_regularisation_and_dp():
     assert plain == Recipe(arch_params={"hidden": 32}, lr=0.05, epochs=7)
     dp = Recipe(architecture="mnist-cnn", arch_params={"conv_dropout": 0.1}, dp={"epsilon": 8})
     assert dp.plain() == Recipe(architecture="mnist-cnn")
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [({"epochs": 0}, "recipe.epochs is 0"), ({"batch_size": 0}, "recipe.batch_size is 0"),
+     ({"lr": 0.0}, "recipe.lr is 0.0"), ({"lr": -1e-3}, "recipe.lr is -0.001"),
+     ({"lr": float("nan")}, "recipe.lr is nan"), ({"epochs": 0, "dp": {"epsilon": 8.0}},
+                                                  "recipe.epochs is 0")],
+    ids=str,
+)
+def test_a_recipe_that_cannot_train_is_refused_with_the_fix(fields, named):
+    with pytest.raises(ConfigError) as err:
+        Recipe(**fields)
+    assert str(err.value).startswith(f"{named}, which cannot train a model: it must be ")
+    assert ". Set recipe." in str(err.value)
+
+
+def test_from_dict_names_the_recipes_place_in_its_config():
+    with pytest.raises(ConfigError, match=r"^reference_recipe\.epochs is 0.*Set "
+                                          r"reference_recipe\.epochs to 1 or more"):
+        Recipe.from_dict({"epochs": 0}, "reference_recipe")
+    with pytest.raises(ConfigError, match=r"^recipes\.strong\.lr is nan"):
+        Recipe.from_dict({"lr": float("nan")}, "recipes.strong")
+    # a recipe changed in Python goes through the same rule
+    with pytest.raises(ConfigError, match=r"^recipe\.epochs is 0"):
+        Recipe().replace(epochs=0)
+
+
+def test_the_smallest_trainable_values_pass():
+    recipe = Recipe.from_dict({"epochs": 1, "batch_size": 1, "lr": 1e-9}, "recipe")
+    assert (recipe.epochs, recipe.batch_size, recipe.lr) == (1, 1, 1e-9)
+    assert Recipe(epochs=2.0).epochs == 2  # a whole float is still an epoch count

@@ -36,6 +36,9 @@ class Needs:
     sequence: bool = False  # per-token log-probs of causal LMs (seq_token_logprob, seq_lengths)
     next_token_moments: bool = False  # seq_mean_logprob and seq_std_logprob (Min-K%++)
     text: bool = False  # text_zlib_bytes and text_chars (zlib, the blind baseline)
+    # at least this many queries per sample beyond the plain one (query 0): on a one-query
+    # bank an augmentation attack only repeats a plain-query one
+    augmented_queries: int = 0
 
     def check(self, view: TargetView, attack: str) -> None:
         problems = []
@@ -85,8 +88,23 @@ class Needs:
                 "needs the samples' text sizes text_zlib_bytes and text_chars [N], which the "
                 "bank lacks; compute them with signals.sequence.text_sizes."
             )
+        if self.augmented_queries and view.n_queries - 1 < self.augmented_queries:
+            problems.append(augmented_queries_problem(self.augmented_queries, view.n_queries))
         if problems:
             raise AttackError(f"attack '{attack}' cannot run: " + " ".join(problems))
+
+
+def augmented_queries_problem(needed: int, n_queries: int) -> str:
+    """Why an attack needing ``needed`` augmented queries cannot run on a bank of
+    ``n_queries`` (for `Needs.check` and `miaudit audit`'s skip reasons)."""
+    return (
+        f"needs at least {needed} augmented quer{'y' if needed == 1 else 'ies'} per sample "
+        f"beyond the plain one; the bank has {n_queries} quer{'y' if n_queries == 1 else 'ies'}"
+        f"{' (plain only)' if n_queries == 1 else ''}, on which it would only repeat a "
+        "plain-query attack (correctness). Build the bank with augmented queries "
+        "(signals.queries: [plain, mirror] for images, [plain, token-dropout-1] for texts; "
+        "tabular data has none)."
+    )
 
 
 @dataclass(frozen=True)

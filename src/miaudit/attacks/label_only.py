@@ -5,7 +5,8 @@ They use only the target's predicted labels, so they survive output defences suc
 top-k, rounding or label-only APIs (see `miaudit.signals.defences`):
 
 - ``augmentation-consistency``: the fraction of the bank's queries (plain + augmented) under
-  which the target predicts the true label (the data-augmentation attack, Sec. 4.2).
+  which the target predicts the true label (the data-augmentation attack, Sec. 4.2). It needs
+  at least one augmented query: on a plain-only bank it is ``correctness``, and is skipped.
 - ``boundary-distance``: the L2 distance from the input to the target's decision boundary,
   found by a label-only search (HopSkipJump, Chen et al. 2020), read from the channel
   ``boundary_distance`` [M, N] (see `miaudit.signals.boundary`). Following Choquette-Choo et
@@ -29,6 +30,8 @@ CHANNEL = "boundary_distance"
 @register_attack(
     "augmentation-consistency",
     family="label-only",
+    # with the plain query alone the score is `correctness`'s: same AUC, same ε
+    needs=Needs(augmented_queries=1),
     description="Choquette-Choo: fraction of queries (plain + augmented) with argmax = y",
 )
 def augmentation_consistency_score(view: TargetView) -> np.ndarray:

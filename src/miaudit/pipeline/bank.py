@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.attacks import get_attack
+from miaudit.attacks.base import augmented_queries_problem
 from miaudit.config import RunConfig
 from miaudit.data import Dataset, load_dataset
 from miaudit.devices import resolve_device
@@ -83,6 +84,8 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
         notes += [cut] if cut else []
         recipes = resolve_recipes(cfg)
         check_vocabulary(dataset.features, [recipes.target, recipes.reference])
+    queries = cfg.signals.queries or default_queries(dataset.kind, cfg.attacks)
+    check_query_needs(cfg.attacks, queries)  # before any model trains
     design = make_design(split, cfg.models, cfg.design, cfg.seed, cfg.target, cfg.split.members)
     cache = ModelCache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
     original, dataset = dataset, target_dataset(dataset, design, cfg)
@@ -90,7 +93,6 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     models = train_design(cfg, original, design, cache, device, progress, target_dataset=dataset)
     copies = forgetting_models(cfg, dataset, design, models[design.target], cache, device)
     train_wall = time.perf_counter() - start
-    queries = cfg.signals.queries or default_queries(dataset.kind, cfg.attacks)
     start = time.perf_counter()
     bank, forgetting_bank = query_bank(cfg, dataset, design, models, copies, queries, device,
                                        progress, texts=texts)  # fmt: skip
@@ -102,6 +104,17 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
         info={"query_seconds": time.perf_counter() - start, "device": device,
               "train_wall_seconds": train_wall, "notes": notes},
     )
+
+
+def check_query_needs(attacks: list[str], queries: list[str]) -> None:
+    """A run's attacks that need augmented queries its bank will not have fail here, before
+    training (a run scores every attack it lists; `miaudit audit` skips them instead)."""
+    for name in attacks:
+        needed = get_attack(name).needs.augmented_queries
+        if needed and len(queries) - 1 < needed:
+            raise ConfigError(f"attack '{name}' cannot run on this run's queries "
+                              f"{list(queries)}: {augmented_queries_problem(needed, len(queries))}"
+                              " Or drop it from attacks.")
 
 
 def check_lm_recipes(cfg: RunConfig, kind: str) -> None:

@@ -40,14 +40,17 @@ def resolve_recipes(cfg: RunConfig) -> Recipes:
     """``recipe`` / ``reference_recipe`` of the config as Recipes (fields checked here:
     ConfigError naming a bad field)."""
     target_fields, ref = recipe_fields(cfg)
-    target = Recipe.from_dict(target_fields)
+    # a bad field is named by its place in the config: recipe.lr, recipes.strong.epochs, ...
+    where = f"recipes.{cfg.recipe}" if isinstance(cfg.recipe, str) else "recipe"
+    target = Recipe.from_dict(target_fields, where)
     if ref == "target":
         reference, source = target, "target"
     elif ref == "plain":
         reference, source = target.plain(), "plain"
     else:
-        reference = Recipe.from_dict(ref)
         named = isinstance(cfg.reference_recipe, str)
+        where = f"recipes.{cfg.reference_recipe}" if named else "reference_recipe"
+        reference = Recipe.from_dict(ref, where)
         source = cfg.reference_recipe if named else "mapping"
     return Recipes(target, reference, str(source))
 

@@ -17,7 +17,7 @@ import json
 import logging
 import math
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,41 @@ KEY_NEUTRAL_ARCH_PARAMS: dict[str, dict[str, Any]] = {
 }
 # Architecture parameters that regularise (reset by Recipe.plain()).
 REGULARISING_ARCH_PARAMS = ("dropout", "conv_dropout", "fc_dropout")
+
+
+def _whole_at_least_one(value: Any) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and float(value).is_integer() and value >= 1)
+
+
+def _finite_positive(value: Any) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+# The fields without which a recipe cannot train at all: the test, what the value must be (and
+# why), and the fix. One rule for every path: Recipe checks its own fields, and the run and
+# audit configs check their recipe mappings with it before any dataset loads (check_trainable).
+TRAINABLE: dict[str, tuple[Callable[[Any], bool], str, str]] = {
+    "epochs": (_whole_at_least_one,
+               "a whole number >= 1 (passes over the training rows; 0 leaves the model "
+               "untrained)", "to 1 or more, e.g. 20"),
+    "batch_size": (_whole_at_least_one, "a whole number >= 1 (rows per optimizer step)",
+                   "to 1 or more, e.g. 128"),
+    "lr": (_finite_positive,
+           "a finite number > 0 (the learning rate; 0 never moves the weights)",
+           "to a positive number, e.g. 0.1 for SGD or 0.001 for Adam"),
+}
+
+
+def check_trainable(fields: Mapping[str, Any], where: str = "recipe") -> None:
+    """ConfigError naming ``{where}.{key}`` and the fix when a field of :data:`TRAINABLE`
+    present in ``fields`` cannot train a model (``epochs`` or ``batch_size`` below 1, ``lr``
+    <= 0 or NaN). Absent fields are not checked: their defaults train."""
+    for key, (ok, must, fix) in TRAINABLE.items():
+        if key in fields and not ok(fields[key]):
+            raise ConfigError(f"{where}.{key} is {fields[key]!r}, which cannot train a model: "
+                              f"it must be {must}. Set {where}.{key} {fix}.")
 
 
 def _freeze(value: Any, where: str) -> Any:
@@ -126,6 +161,8 @@ class Recipe:
     label_smoothing: float = 0.0
 
     def __post_init__(self) -> None:
+        # before coercion, so a NaN or zero learning rate is named with its fix
+        check_trainable({k: getattr(self, k) for k in TRAINABLE})
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _coerce(f, getattr(self, f.name)))
         check_model_params(self.architecture, self.arch_params)
@@ -137,20 +174,12 @@ class Recipe:
             object.__setattr__(self, "arch_params", FrozenParams(kept))
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("schedule", self.schedule, SCHEDULES)
-        if self.lr < 0:
-            raise ConfigError(f"lr must be >= 0, got {self.lr}.")
         if self.momentum < 0 or self.weight_decay < 0:
             raise ConfigError("momentum and weight_decay must be >= 0.")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}.")
-        if self.epochs < 0:
-            raise ConfigError(f"epochs must be >= 0, got {self.epochs}.")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}.")
         if self.dp is not None:
             object.__setattr__(self, "dp", check_dp(self.dp))
-            if self.epochs < 1:
-                raise ConfigError("a DP recipe needs epochs >= 1 (the accountant counts steps).")
         # Checked (ConfigError naming the valid steps) and spelled out with defaults, so
         # ["crop"] and [{"name": "crop", "padding": 4}] share one key.
         steps = normalize_augmentation(self.augment)
@@ -163,8 +192,10 @@ class Recipe:
         return {f.name: _thaw(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Recipe:
-        """Build from a dict; unknown keys raise ConfigError naming the key and the valid ones."""
+    def from_dict(cls, data: Mapping[str, Any], where: str = "recipe") -> Recipe:
+        """Build from a dict; unknown keys raise ConfigError naming the key and the valid ones.
+        `where`: the mapping's place in its config (``reference_recipe``, ``recipes.strong``),
+        named in the message of a field that cannot train (:func:`check_trainable`)."""
         valid = [f.name for f in dataclasses.fields(cls)]
         for key in data:
             if key not in valid:
@@ -173,6 +204,7 @@ class Recipe:
                 raise ConfigError(
                     f"unknown recipe key {key!r}.{hint} Valid keys: {', '.join(valid)}."
                 )
+        check_trainable(data, where)
         return cls(**dict(data))
 
     def replace(self, **changes: Any) -> Recipe:
