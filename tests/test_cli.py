@@ -1,5 +1,6 @@
 import csv
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -76,3 +77,94 @@ def test_attack_command_imports_only_what_scoring_needs_before_scoring():
     assert "evaluate_bank" in dir(pipeline) and "evaluate_bank" in pipeline.__all__
     with pytest.raises(AttributeError):
         pipeline.no_such_stage  # noqa: B018
+
+
+def test_attacks_list_aligns_columns_for_long_names_and_families(monkeypatch, capsys):
+    """Every 'needs:' starts in one column, however long a name (> 28) or family (> 12)."""
+    import dataclasses
+
+    import miaudit.attacks as attacks
+
+    real = attacks.list_attacks()
+    long = dataclasses.replace(real[0], name="an-attack-with-a-very-long-name-indeed",
+                               family="a-long-family-name")
+    monkeypatch.setattr(attacks, "list_attacks", lambda: [*real, long])
+    assert main(["attacks"]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if " needs: " in ln]
+    assert len(lines) == len(real) + 1
+    assert len({ln.index(" needs: ") for ln in lines}) == 1
+    families = {ln[len(long.name) + 1:].split()[0] for ln in lines}
+    assert {s.family for s in real} | {long.family} == families  # names never run into them
+
+
+def _tiny_run_config(tmp_path, **overrides):
+    """A tiny `miaudit run` (2 MLPs, 1 epoch; calibrated-loss draws calibration.png)."""
+    import yaml
+
+    data = {
+        "name": "tiny", "seed": 0, "dataset": {"name": "digits"},
+        "split": {"audit": 200, "public": 200, "population": 100}, "models": 2,
+        "recipe": {"architecture": "mlp", "epochs": 1, "batch_size": 64},
+        "signals": {"queries": ["plain"]}, "attacks": ["loss", "calibrated-loss"],
+        "metrics": {"bootstrap": 20}, "output": str(tmp_path / "runs" / "tiny"),
+        "cache_dir": str(tmp_path / "cache"), **overrides,
+    }
+    path = tmp_path / f"tiny-{len(list(tmp_path.glob('tiny-*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _files(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_run_folder_is_not_clobbered_by_another_command(tmp_path, capsys, caplog):
+    """`miaudit attack runs/x/bank.npz --out runs/x` into a finished run's folder used to delete
+    its config.yaml and calibration.png without a word."""
+    config = _tiny_run_config(tmp_path)
+    out = tmp_path / "runs" / "tiny"
+    assert main(["run", str(config), "--quiet"]) == 0
+    assert main(["run", str(config), "--quiet"]) == 0  # the same config reruns, no flag needed
+    before = _files(out)
+    assert {"config.yaml", "calibration.png"} <= set(before)
+    capsys.readouterr()
+    attack = ["attack", str(out / "bank.npz"), "--target", "0", "--attacks", "loss",
+              "--out", str(out)]
+    assert main(attack) == 2
+    err = capsys.readouterr().err
+    assert (f"miaudit: error: {out} already holds another run: 'tiny', made by `miaudit run`. "
+            "This `miaudit attack` would replace its files (config.yaml, bank.npz,") in err
+    assert "Give --overwrite (overwrite=True in Python) to replace it, or --out another " \
+           "folder." in err
+    assert _files(out) == before  # refused before any work: nothing written, nothing removed
+    # a different config of the same command is another run too
+    assert main(["run", str(_tiny_run_config(tmp_path, seed=1)), "--quiet"]) == 2
+    assert "'tiny', made by `miaudit run` with a different config" in capsys.readouterr().err
+    assert _files(out) == before
+    with caplog.at_level(logging.WARNING, logger="miaudit.io"):
+        assert main([*attack, "--overwrite"]) == 0
+    assert (f"replacing the run in {out} ('tiny', made by `miaudit run`; --overwrite): removed "
+            "config.yaml, calibration.png;") in caplog.text
+    assert not (out / "config.yaml").exists() and (out / "bank.npz").read_bytes() == before[
+        "bank.npz"]  # the bank being scored is kept
+    # the run can come back the same way
+    assert main(["run", str(config), "--quiet"]) == 2
+    assert main(["run", str(config), "--quiet", "--overwrite"]) == 0
+    assert (out / "config.yaml").exists()
+
+
+def test_attack_reports_say_the_confidence_level_of_their_intervals(digits_bank, tmp_path,
+                                                                     capsys):
+    path = digits_bank.save(tmp_path / "bank.npz")
+    out = tmp_path / "out"
+    assert main(["attack", str(path), "--target", "1", "--attacks", "loss", "--out",
+                 str(out)]) == 0
+    verdict = capsys.readouterr().out.splitlines()[0]
+    assert "(95% CI " in verdict and "(CI " not in verdict
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["metrics"]["confidence"] == 0.95
+    assert "(95% CI " in summary["verdict"]["line"]
+    assert summary["run_identity"]["command"] == "attack"
+    # the same scoring again into its folder is its own run: no flag needed
+    assert main(["attack", str(path), "--target", "1", "--attacks", "loss", "--out",
+                 str(out)]) == 0

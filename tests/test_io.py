@@ -1,13 +1,24 @@
-"""Staged run directories: a run replaces the previous one whole, or not at all."""
+"""Atomic files (their modes) and staged run directories: a run replaces the previous one whole,
+or not at all, and never another run unless told to."""
 
 import json
+import logging
+import os
+import stat
 import subprocess
 import sys
 
 import pytest
 
 from miaudit.errors import ConfigError
-from miaudit.io import StagedRunDir, clean_stale_staging
+from miaudit.io import (
+    API_TEMP_PREFIX,
+    RunIdentity,
+    StagedRunDir,
+    atomic_path,
+    clean_stale_staging,
+    write_json,
+)
 
 
 def _snapshot(root):
@@ -118,3 +129,178 @@ def test_a_symlinked_run_directory_is_staged_beside_its_target(tmp_path):
     assert (real / "config.yaml").read_text() == "a: 1\n"
     assert (tmp_path / "link").is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == [
         "disk", "link"]
+
+
+# --- file modes ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (restored after it)."""
+    previous = os.umask(0o022)
+    os.umask(previous)
+    yield os.umask
+    os.umask(previous)
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_files_follow_the_umask_whoever_writes_them(tmp_path, umask, mask, mode):
+    """The mode of a new file (0o666 less the umask), even when the writer replaces the
+    temporary file with its own 0600 one (as safetensors' save_file does)."""
+    umask(mask)
+    with atomic_path(tmp_path / "replaced.bin") as tmp:
+        tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, b"data")
+        os.close(fd)
+    write_json(tmp_path / "meta.json", {"a": 1})
+    for name in ("replaced.bin", "meta.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == mode, name
+
+
+# --- a folder holding another run ---------------------------------------------------------
+
+_RUN = {"name": "demo", "seed": 0, "output": "runs/demo", "cache_dir": "/a"}
+
+
+def _staged(out, command="run", config=_RUN, **kwargs):
+    return StagedRunDir(out, command=command, name=config.get("name", ""), config=config,
+                        **kwargs)
+
+
+def _made(out, command="run", config=_RUN, files=None, **kwargs):
+    with _staged(out, command, config, **kwargs) as stage:
+        _write_run(stage, files or {"config.yaml": f"{command}\n", "calibration.png": "png"})
+
+
+def test_the_run_records_what_made_it(tmp_path):
+    out = tmp_path / "demo"
+    _made(out)
+    summary = json.loads((out / "summary.json").read_text())
+    identity = summary["run_identity"]
+    assert identity["command"] == "run" and identity["name"] == "demo"
+    assert len(identity["config_digest"]) == 64
+    assert list(summary)[-1] == "files"  # the file list stays last
+
+
+def test_rerunning_the_same_config_replaces_its_own_run_silently(tmp_path, caplog):
+    out = tmp_path / "demo"
+    _made(out)
+    # where it reads and writes (output, cache_dir, data_dir, device) is no part of the run
+    elsewhere = {**_RUN, "output": "other", "cache_dir": "/b", "device": "cuda"}
+    with caplog.at_level(logging.WARNING, logger="miaudit.io"):
+        _made(out, config=elsewhere, files={"config.yaml": "again\n", "calibration.png": "2"})
+    assert (out / "config.yaml").read_text() == "again\n"
+    assert caplog.text == ""
+
+
+@pytest.mark.parametrize("command, config, what", [
+    ("attack", {"bank": "runs/demo/bank.npz", "target": 0}, "'demo', made by `miaudit run`."),
+    ("run", {**_RUN, "seed": 1}, "'demo', made by `miaudit run` with a different config."),
+])
+def test_another_run_in_the_folder_is_refused_before_anything_is_written(
+        tmp_path, command, config, what):
+    out = tmp_path / "runs" / "demo"
+    _made(out)
+    (out / "notes.txt").write_text("the user's own")
+    before = _snapshot(tmp_path)
+    with pytest.raises(ConfigError) as refused, _staged(out, command, config):
+        pytest.fail("the block must not run")
+    message = str(refused.value)
+    assert message.startswith(f"{out} already holds another run: {what}")
+    assert (f"This `miaudit {command}` would replace its files (config.yaml, calibration.png, "
+            "summary.json).") in message
+    assert "Give --overwrite (overwrite=True in Python) to replace it, or --out another " \
+           "folder." in message
+    assert _snapshot(tmp_path) == before  # no staging folder, nothing moved
+
+
+def test_overwrite_replaces_another_run_and_says_what_it_removed(tmp_path, caplog):
+    out = tmp_path / "demo"
+    _made(out)
+    attack = {"bank": str(out / "bank.npz"), "target": 0}
+    with caplog.at_level(logging.WARNING, logger="miaudit.io"):
+        _made(out, "attack", attack, files={"metrics.json": "{}", "calibration.png": "new"},
+              overwrite=True)
+    assert not (out / "config.yaml").exists()
+    assert json.loads((out / "summary.json").read_text())["run_identity"]["command"] == "attack"
+    assert (f"replacing the run in {out} ('demo', made by `miaudit run`; --overwrite): removed "
+            "config.yaml; replaced calibration.png") in caplog.text
+    caplog.clear()
+    _made(out, "attack", attack, files={"metrics.json": "{}", "calibration.png": "new"})
+    assert caplog.text == ""  # now its own run: rerun without a word
+
+
+def test_a_rerun_says_which_of_its_previous_files_it_removes(tmp_path, caplog):
+    out = tmp_path / "demo"
+    _made(out)
+    with caplog.at_level(logging.WARNING, logger="miaudit.io"):
+        _made(out, files={"config.yaml": "run\n"})
+    assert (f"removed calibration.png from {out}: the previous run there wrote it, this one "
+            "does not") in caplog.text
+
+
+def test_folders_without_a_run_are_not_another_run(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "summary.json").write_text("my own notes, not a run's")
+    (out / "data.csv").write_text("a,b\n")
+    _made(out)
+    assert (out / "data.csv").read_text() == "a,b\n"
+    # a run of an earlier version (no identity recorded) is another run
+    old = tmp_path / "old"
+    old.mkdir()
+    _write_run(old, {"config.yaml": "old\n"})
+    summary = json.loads((old / "summary.json").read_text())
+    (old / "summary.json").write_text(json.dumps({"run": "demo", **summary}))
+    with pytest.raises(ConfigError, match=r"already holds another run: 'demo', made by an "
+                                          r"earlier miaudit version"):
+        _made(old)
+    _made(old, overwrite=True)
+    assert (old / "config.yaml").read_text() == "run\n"
+
+
+def test_arrays_given_anew_to_the_python_api_are_the_same_run():
+    """The API writes arrays given in memory to a new temporary folder each call."""
+    def config(folder):
+        return {"name": "audit", "data": {"members": f"/tmp/{API_TEMP_PREFIX}{folder}/m.npy"}}
+
+    assert RunIdentity.of("audit", "audit", config("ab12")) == RunIdentity.of(
+        "audit", "audit", config("zz99"))
+    assert RunIdentity.of("audit", "audit", config("ab12")) != RunIdentity.of(
+        "audit", "audit", {"name": "audit", "data": {"members": "/tmp/x/m.npy"}})
+
+
+def test_fields_at_their_defaults_leave_the_identity_as_it_was():
+    """A later version adding a config field (at its default) must not turn a rerun of the
+    same YAML into 'another run'; a value that differs from its default still counts."""
+    old = {"name": "demo", "seed": 0, "metrics": {"bootstrap": 20}}
+    defaults = {"name": "audit", "seed": 0, "metrics": {"bootstrap": 200, "split_check": True}}
+    new = {**old, "metrics": {"bootstrap": 20, "split_check": True}}
+    before = RunIdentity.of("run", "demo", old, defaults)  # the config as recorded then
+    assert RunIdentity.of("run", "demo", new, defaults) == before
+    changed = {**old, "metrics": {"bootstrap": 20, "split_check": False}}
+    assert RunIdentity.of("run", "demo", changed, defaults) != before
+    assert RunIdentity.of("run", "demo", {**old, "seed": 1}, defaults) != before
+
+
+def test_a_run_of_an_earlier_version_is_known_by_its_recorded_config(tmp_path, caplog):
+    """Summaries written before run identities hold the run's name and config: the same
+    config reruns into its folder after an upgrade, another is refused."""
+    out = tmp_path / "demo"
+    out.mkdir()
+    _write_run(out, {"config.yaml": "old\n"})
+    listed = json.loads((out / "summary.json").read_text())["files"]
+    (out / "summary.json").write_text(json.dumps(
+        {"run": "demo", "design": "offline", "config": _RUN, "files": listed}))
+    before = _snapshot(tmp_path)
+    with pytest.raises(ConfigError, match=r"already holds another run: 'demo', made by "
+                                          r"`miaudit run` with a different config\."):
+        _made(out, config={**_RUN, "seed": 5})
+    with pytest.raises(ConfigError, match=r"'demo', made by `miaudit run`\. This `miaudit "
+                                          r"audit` would"):
+        _made(out, "audit", config={**_RUN, "seed": 5})
+    assert _snapshot(tmp_path) == before
+    with caplog.at_level(logging.WARNING, logger="miaudit.io"):
+        _made(out)
+    assert (out / "config.yaml").read_text() == "run\n" and caplog.text == ""

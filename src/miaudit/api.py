@@ -114,6 +114,8 @@ def run(
     out: str | os.PathLike | None = None,
     progress: bool = True,
     echo: bool = False,
+    *,
+    overwrite: bool = False,
 ) -> AuditResult:
     """Run a configured audit, as ``miaudit run CONFIG [--out OUT]`` does: trains (or loads
     from the model cache) every model, writes the run directory (config.yaml, bank.npz, the
@@ -121,7 +123,8 @@ def run(
 
     ``config``: a :class:`~miaudit.config.RunConfig` (not modified), a mapping of its fields
     (as in a YAML config) or the path of a YAML config. ``echo`` prints the results table as
-    the command does.
+    the command does. A run directory holding another run (another command's or config's) is
+    refused unless ``overwrite=True`` (``--overwrite``); the same config reruns into its own.
     """
     from miaudit.config import RunConfig, config_from_dict, load_config
     from miaudit.pipeline import run as run_pipeline
@@ -135,7 +138,7 @@ def run(
     if out is not None:
         cfg.output = os.fspath(out)
     with _bars(progress):
-        result, path = run_pipeline(cfg, progress=progress, echo=echo)
+        result, path = run_pipeline(cfg, progress=progress, echo=echo, overwrite=overwrite)
     result.out = path
     return result
 
@@ -307,6 +310,7 @@ def audit(
     reference_base: str | os.PathLike | None = None,
     progress: bool = True,
     echo: bool = False,
+    overwrite: bool = False,
     **options: Any,
 ) -> AuditResult:
     """Audit a model trained elsewhere, as ``miaudit audit`` does: writes the run directory
@@ -338,13 +342,19 @@ def audit(
     ``metrics={"bootstrap": 100}``, ``signals={"grad_norm": False}``, ``attack_params=``,
     ``exposed=``, ``device=``, ``cache_dir=``, ``data_dir=``); a section given here is merged
     over what the named arguments set. Relative paths are read from the current directory.
+
+    A run directory holding another run (another command's or config's) is refused unless
+    ``overwrite=True`` (``--overwrite``); the same audit reruns into its own.
     """
     import tempfile
 
     from miaudit.audit.config import absolute_paths, audit_config, merge
     from miaudit.audit.run import run_audit
+    from miaudit.io import API_TEMP_PREFIX
 
-    with tempfile.TemporaryDirectory(prefix="miaudit-api-") as tmp:
+    # the run's identity names files in this folder alike every time (miaudit.io): arrays given
+    # anew to the same audit rerun into its folder
+    with tempfile.TemporaryDirectory(prefix=API_TEMP_PREFIX) as tmp:
         folder = Path(tmp)
         model_sec = _model_section(model, weights, model_kwargs, references, recipe)
         if output_kind is not None:
@@ -398,7 +408,7 @@ def audit(
         mapping = absolute_paths(merge(mapping, options), Path.cwd())
         cfg = audit_config(mapping)
         with _bars(progress):
-            result, path = run_audit(cfg, progress=progress, echo=echo)
+            result, path = run_audit(cfg, progress=progress, echo=echo, overwrite=overwrite)
     result.out = path
     return result
 

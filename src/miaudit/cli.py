@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from importlib import resources
@@ -13,6 +14,9 @@ import yaml
 from miaudit.audit import cli as audit_cli
 from miaudit.errors import MiauditError
 from miaudit.studies import cli as study_cli
+
+OVERWRITE_HELP = ("replace the run in the output folder even if another command or config "
+                  "made it (refused otherwise; rerunning the same config needs no flag)")
 
 
 def _demo_config_path() -> Path:
@@ -26,7 +30,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     data = yaml.safe_load(_demo_config_path().read_text(encoding="utf-8"))
     if args.out:
         data["output"] = args.out
-    run(config_from_dict(data), progress=not args.quiet)
+    run(config_from_dict(data), progress=not args.quiet, overwrite=args.overwrite)
     return 0
 
 
@@ -37,36 +41,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     if args.out:
         cfg.output = args.out
-    run(cfg, progress=not args.quiet)
+    run(cfg, progress=not args.quiet, overwrite=args.overwrite)
     return 0
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
     # only what scoring needs, and the report's modules (matplotlib) once the bank is gone
     from miaudit.attacks import list_attacks
+    from miaudit.config import MetricsConfig
     from miaudit.io import StagedRunDir
     from miaudit.pipeline.evaluate import evaluate_bank
     from miaudit.signals import SignalBank
 
+    params = yaml.safe_load(args.params) if args.params else {}
+    if not isinstance(params, dict):
+        raise MiauditError("--params must be a YAML/JSON mapping {attack: {param: value}}.")
+    metrics = MetricsConfig()
+    # recorded as a run records its config: the report reads the level of its CIs from it
+    config = {"bank": str(Path(args.bank).resolve()), "target": args.target,
+              "attacks": args.attacks, "params": params, "seed": args.seed,
+              "metrics": dataclasses.asdict(metrics)}
+    # staged: a report replaces the previous one in --out whole (its stale files removed, the
+    # bank being scored kept), and a failure leaves the previous one as it was; a folder
+    # holding another run is refused here, before the bank is even read
+    staged = StagedRunDir(args.out, keep=(args.bank,), command="attack",
+                          name=f"{args.bank}, target {args.target}", config=config,
+                          overwrite=args.overwrite)
+    staged.check()
     bank = SignalBank.load(args.bank)  # logits mapped from the file, not copied
     if args.attacks:
         names = [a.strip() for a in args.attacks.split(",") if a.strip()]
     else:  # every attack the bank can support
         names = [s.name for s in list_attacks() if s.needs.channel is None
                  or s.needs.channel in bank.channels]
-    params = yaml.safe_load(args.params) if args.params else {}
-    if not isinstance(params, dict):
-        raise MiauditError("--params must be a YAML/JSON mapping {attack: {param: value}}.")
-    result = evaluate_bank(bank, args.target, names, params, seed=args.seed,
+    result = evaluate_bank(bank, args.target, names, params, metrics, seed=args.seed,
                            skip_unsupported=not args.attacks)
     result.meta.update({"bank": str(args.bank), "n_models": bank.n_models,
-                        "queries": bank.n_queries, "audit_samples": int(bank.audit.sum())})
+                        "queries": bank.n_queries, "audit_samples": int(bank.audit.sum()),
+                        "config": config})
     del bank  # the report reads the scores only: the bank and its statistics go first
     from miaudit.report import format_table, write_report
 
-    # staged: a report replaces the previous one in --out whole (its stale files removed, the
-    # bank being scored kept), and a failure leaves the previous one as it was
-    with StagedRunDir(args.out, keep=(args.bank,)) as stage:
+    with staged as stage:
         write_report(result, stage)
     print(format_table(result))
     # a bare bank records no dataset rows: its reports name bank positions (scores.csv `index`)
@@ -78,10 +94,15 @@ def cmd_attack(args: argparse.Namespace) -> int:
 def cmd_attacks(args: argparse.Namespace) -> int:
     from miaudit.attacks import list_attacks
 
-    for spec in list_attacks():
+    specs = list_attacks()
+    # columns as wide as their longest entry, so every "needs:" lines up
+    name_width = max((len(s.name) for s in specs), default=0)
+    family_width = max((len(s.family) for s in specs), default=0)
+    for spec in specs:
         needs = {k: v for k, v in vars(spec.needs).items() if v}
         need_text = ", ".join(f"{k}={v}" for k, v in needs.items()) or "target only"
-        print(f"{spec.name:28s} {spec.family:12s} needs: {need_text}\n    {spec.description}")
+        print(f"{spec.name:{name_width}s} {spec.family:{family_width}s} needs: {need_text}\n"
+              f"    {spec.description}")
     return 0
 
 
@@ -124,12 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="quick audit on built-in data (sklearn digits)")
     demo.add_argument("--out", help="run directory (default runs/demo)")
     demo.add_argument("--quiet", action="store_true", help="no progress bars")
+    demo.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     demo.set_defaults(fn=cmd_demo)
 
     run = sub.add_parser("run", help="run the audit described by a YAML config")
     run.add_argument("config", help="path to the run config (YAML)")
     run.add_argument("--out", help="run directory (default: the config's output or runs/NAME)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     run.set_defaults(fn=cmd_run)
 
     attack = sub.add_parser("attack", help="score attacks on a bank.npz (no model needed)")
@@ -141,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     attack.add_argument("--out", required=True, help="output folder")
     attack.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    attack.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     attack.set_defaults(fn=cmd_attack)
 
     attacks = sub.add_parser("attacks", help="list the attacks and what each needs")

@@ -3,21 +3,29 @@ directories (a hidden folder beside the run directory, committed only on success
 
 A run interrupted at any point leaves either the old file or the new one, never a
 half-written file that a rerun would trust; a failed run leaves the previous run as it was.
+A run directory holding another run (another command's, or another config's) is replaced only
+when the caller says so (``overwrite``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
+import logging
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from miaudit.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def _umask() -> int:
@@ -28,15 +36,20 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path in the target's folder; rename it onto `path` on success."""
+    """Yield a temporary path in the target's folder; rename it onto `path` on success.
+
+    The file gets the permissions of a newly created file (0o666 less the umask), whoever
+    wrote it: the block may replace the temporary file with one of its own mode."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual permissions
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # set after the block: mkstemp makes 0600, and writers such as safetensors' save_file
+        # create the file anew (0600 too), which would hide shared cache entries from others
+        os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
@@ -107,17 +120,132 @@ def _move(src: Path, dst: Path) -> None:
         shutil.move(src, dst)
 
 
+def _summary(out: Path) -> dict[str, Any] | None:
+    """The summary.json of the run in `out`, or None when `out` holds no complete run (no
+    summary.json, or one that is not a run's: unreadable, or without its file list)."""
+    try:
+        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or not isinstance(summary.get("files"), list):
+        return None
+    return summary
+
+
 def _listed_files(out: Path) -> list[str]:
     """The files of the run in `out`, as its summary.json lists them (plain names only)."""
-    try:
-        files = json.loads((out / "summary.json").read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+    summary = _summary(out)
+    if summary is None:
         return []
-    if not isinstance(files, list):
-        return []
+    files = summary["files"]
     # only entries directly in the run directory: a corrupt list must not reach elsewhere
     return [f for f in files if isinstance(f, str) and f and f == Path(f).name
             and f not in (".", "..")]
+
+
+# --- what made a run ---------------------------------------------------------------------
+# summary.json records the command and the config of the run in its folder, so a later run
+# can tell a rerun of the same config (replaced silently, as `make demo` twice expects) from
+# another run (refused unless the caller passes overwrite=True).
+
+API_TEMP_PREFIX = "miaudit-api-"  # the Python API's folder for arrays given in memory
+# where a run reads and writes, not what it measures: a rerun elsewhere is the same run
+_LOCATION_KEYS = frozenset({"output", "cache_dir", "data_dir", "device"})
+_API_TEMP = re.compile(r"^.*[\\/]" + re.escape(API_TEMP_PREFIX) + r"[^\\/]*(?=[\\/])")
+
+
+_NO_DEFAULT = object()
+
+
+def _stable(value: Any, default: Any = _NO_DEFAULT) -> Any:
+    """`value` less its location keys and the entries equal to their `default` (so a field a
+    later version adds, at its default, leaves the identity of a config as it was), with the
+    API's temporary folder (a new one per call) named alike every time."""
+    if isinstance(value, Mapping):
+        defaults = default if isinstance(default, Mapping) else {}
+        out = {}
+        for key, item in value.items():
+            if key in _LOCATION_KEYS:
+                continue
+            theirs = defaults.get(key, _NO_DEFAULT)
+            if isinstance(item, Mapping) and isinstance(theirs, Mapping):
+                item = _stable(item, theirs)
+                if item:  # a section left at its defaults says nothing
+                    out[str(key)] = item
+            elif theirs is _NO_DEFAULT or _stable(item) != _stable(theirs):
+                out[str(key)] = _stable(item)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_stable(v) for v in value]
+    if isinstance(value, str):
+        return _API_TEMP.sub("<in memory>", value)
+    return value
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What made a run: the command (``run``, ``audit``, ``attack``), the run's name and a
+    digest of its config (less where it reads and writes: output, cache_dir, data_dir,
+    device; and less the values equal to the config's `defaults`, when given)."""
+
+    command: str
+    name: str
+    config_digest: str
+
+    @classmethod
+    def of(
+        cls, command: str, name: str, config: Mapping[str, Any],
+        defaults: Mapping[str, Any] | None = None,
+    ) -> RunIdentity:
+        stable = _stable(config, {} if defaults is None else defaults)
+        text = json.dumps(stable, sort_keys=True, separators=(",", ":"), default=str)
+        return cls(command, str(name), hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+    @classmethod
+    def from_summary(
+        cls, summary: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+    ) -> RunIdentity | None:
+        """The identity a summary.json records; for a run of an earlier version, which did
+        not record one, the identity its config and name give (so rerunning the same config
+        into its folder keeps working after an upgrade); None when there is none to tell."""
+        found = summary.get("run_identity")
+        if isinstance(found, Mapping):
+            try:
+                return cls(str(found["command"]), str(found["name"]),
+                           str(found["config_digest"]))
+            except KeyError:
+                return None
+        config, name = summary.get("config"), summary.get("run")
+        if "run_identity" in summary or not isinstance(config, Mapping) or not isinstance(
+                name, str):
+            return None
+        # `miaudit audit` records its target's kind, `miaudit run` its design
+        return cls.of("audit" if "target_kind" in summary else "run", name, config, defaults)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"command": self.command, "name": self.name, "config_digest": self.config_digest}
+
+    def describe(self) -> str:
+        return f"'{self.name}', made by `miaudit {self.command}`"
+
+
+def _describe_previous(summary: Mapping[str, Any], theirs: RunIdentity | None,
+                       ours: RunIdentity) -> str:
+    """The run a summary.json belongs to (`theirs`, its identity), in words, as it differs
+    from `ours`."""
+    if theirs is None:
+        name = summary.get("run")
+        named = f"'{name}', " if isinstance(name, str) and name else ""
+        return (f"{named}made by an earlier miaudit version (its summary.json records no "
+                "command or config)")
+    if theirs.command == ours.command:
+        return f"{theirs.describe()} with a different config"
+    return theirs.describe()
+
+
+def _names(names: list[str], most: int = 6) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 class StagedRunDir:
@@ -128,9 +256,27 @@ class StagedRunDir:
     ``out`` is left as it was (not even created for a first run).
 
     `keep`: paths never removed as stale (the inputs of the run, e.g. the bank it scores).
+
+    `command`, `name`, `config` (and the config's `defaults`): what makes this run
+    (:class:`RunIdentity`), recorded in its summary.json. With them, a folder holding another
+    run (another command's, another config's, or one of an earlier version whose config does
+    not tell) is refused on entering, before any work, unless `overwrite`; rerunning the same
+    command and config replaces its own files as before.
+    Without them nothing is checked. A folder without a run's summary.json (a first run, the
+    user's own files) holds no run.
     """
 
-    def __init__(self, out: str | os.PathLike, keep: tuple[str | os.PathLike, ...] = ()) -> None:
+    def __init__(
+        self,
+        out: str | os.PathLike,
+        keep: tuple[str | os.PathLike, ...] = (),
+        *,
+        command: str | None = None,
+        name: str = "",
+        config: Mapping[str, Any] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        overwrite: bool = False,
+    ) -> None:
         self.out = Path(out).absolute()
         if self.out.is_symlink():  # stage beside the real folder: renames stay on its disk
             self.out = self.out.resolve()
@@ -139,10 +285,39 @@ class StagedRunDir:
         if self.out.exists() and not self.out.is_dir():
             raise ConfigError(f"run directory {self.out} is a file; give another output folder.")
         self.keep = {Path(p).resolve() for p in keep}
+        self.defaults = defaults
+        self.identity = (None if command is None
+                         else RunIdentity.of(command, name, config or {}, defaults))
+        self.overwrite = overwrite
         self.path: Path | None = None
         self._made: list[Path] = []  # parent folders this run created (removed on failure)
+        self._replacing: str | None = None  # the other run being replaced, in words
+
+    def check(self) -> None:
+        """Refuse (ConfigError) to replace another run without `overwrite`; called on
+        entering, and callable earlier."""
+        self._replacing = None
+        if self.identity is None:
+            return
+        previous = _summary(self.out)
+        if previous is None:
+            return
+        theirs = RunIdentity.from_summary(previous, self.defaults)
+        if theirs == self.identity:
+            return
+        what = _describe_previous(previous, theirs, self.identity)
+        if not self.overwrite:
+            files = _listed_files(self.out)
+            raise ConfigError(
+                f"{self.out} already holds another run: {what}. This `miaudit "
+                f"{self.identity.command}` would replace its files"
+                f"{f' ({_names(files)})' if files else ''}. Give --overwrite "
+                "(overwrite=True in Python) to replace it, or --out another folder."
+            )
+        self._replacing = what
 
     def __enter__(self) -> Path:
+        self.check()  # before anything is created: a refusal costs nothing
         missing = []
         for parent in [self.out.parent, *self.out.parent.parents]:
             if parent.exists():
@@ -182,13 +357,16 @@ class StagedRunDir:
         a complete run)."""
         stage, out = self.path, self.out
         assert stage is not None, "commit() outside the `with` block"
+        if self.identity is not None:
+            self._record_identity(stage)
         if not out.exists():
             os.rename(stage, out)  # first run: one atomic rename
             self.path = None
             return
         new = sorted(p.name for p in stage.iterdir())
-        stale = [f for f in _listed_files(out)
-                 if f not in new and (out / f).resolve() not in self.keep]
+        listed = _listed_files(out)
+        stale = [f for f in listed if f not in new and (out / f).resolve() not in self.keep]
+        self._announce(listed, new, stale)
         trash = stage / _REPLACED
         trash.mkdir()
 
@@ -211,3 +389,27 @@ class StagedRunDir:
             _move(stage / "summary.json", out / "summary.json")
         shutil.rmtree(stage, ignore_errors=True)
         self.path = None
+
+    def _record_identity(self, stage: Path) -> None:
+        """Add the run's identity to the staged summary.json (its file list stays last)."""
+        assert self.identity is not None
+        path = stage / "summary.json"
+        summary = _summary(stage)
+        if summary is None:
+            return  # no report was written: nothing marks the folder as a run
+        files = summary.pop("files")
+        write_json(path, {**summary, "run_identity": self.identity.to_dict(), "files": files})
+
+    def _announce(self, listed: list[str], new: list[str], stale: list[str]) -> None:
+        """Say which of the previous run's files this commit removes, and, when that run was
+        another one, which it replaces."""
+        where = self.out
+        if self._replacing is not None:
+            replaced = [f for f in listed if f in new and f != "summary.json"]
+            parts = [f"removed {_names(stale)}"] if stale else []
+            parts += [f"replaced {_names(replaced)}"] if replaced else []
+            log.warning("replacing the run in %s (%s; --overwrite)%s", where, self._replacing,
+                        f": {'; '.join(parts)}" if parts else "")
+        elif stale:
+            log.warning("removed %s from %s: the previous run there wrote %s, this one does "
+                        "not", _names(stale), where, "it" if len(stale) == 1 else "them")

@@ -27,13 +27,45 @@ def test_read_rows_formats_and_errors(tmp_path):
     np.save(tmp_path / "e.npy", mask)
     for name in ("a.txt", "b.csv", "c.json", "d.npy", "e.npy"):
         assert read_rows(tmp_path / name, 10, "members").tolist() == [1, 5, 9], name
-    with pytest.raises(DataError, match="but the data has 8 rows"):
+    with pytest.raises(DataError, match=r"lists 1 row outside the data's 8 rows \(0\.\.7\): 9;"):
         read_rows(tmp_path / "a.txt", 8, "members")
     (tmp_path / "dup.txt").write_text("1 1 2")
-    with pytest.raises(DataError, match="repeats 1 rows"):
+    with pytest.raises(DataError, match=r"lists 1 row more than once \(first \[1\]\)"):
         read_rows(tmp_path / "dup.txt", 10, "members")
     with pytest.raises(DataError, match="does not exist"):
         read_rows(tmp_path / "none.txt", 10, "members")
+
+
+def test_rows_out_of_range_are_named_not_spanned(tmp_path):
+    """0..99 and 5000 in a 1797-row dataset: the message names 5000, not '0..5000'."""
+    (tmp_path / "m.txt").write_text("\n".join(map(str, [*range(100), 5000])))
+    with pytest.raises(DataError) as one:
+        read_rows(tmp_path / "m.txt", 1797, "data.members")
+    message = str(one.value)
+    assert "lists 1 row outside the data's 1797 rows (0..1796): 5000;" in message
+    assert "0..5000" not in message and "1 rows" not in message
+    # many: the first five in file order and how many in all
+    (tmp_path / "many.txt").write_text("\n".join(map(str, [-1, 3, *range(2000, 2010)])))
+    with pytest.raises(DataError) as many:
+        read_rows(tmp_path / "many.txt", 1797, "data.members")
+    assert ("lists 11 rows outside the data's 1797 rows (0..1796): -1, 2000, 2001, 2002, "
+            "2003, ... (11 rows in all);") in str(many.value)
+
+
+def test_rows_files_in_the_wrong_numpy_format_say_so(tmp_path):
+    (tmp_path / "m.npy").write_text("0\n1\n2\n")  # text named .npy
+    with pytest.raises(DataError) as text:
+        read_rows(tmp_path / "m.npy", 10, "data.members")
+    assert (f"data.members file {tmp_path / 'm.npy'} is a text file (first line '0'), not a "
+            "NumPy .npy array: save row indices with np.save(path, rows)") in str(text.value)
+    assert "pickled" not in str(text.value)
+    np.savez(tmp_path / "m.npz", rows=np.arange(3))  # an archive, whatever its name
+    np.savez(tmp_path / "rows.txt.npz", rows=np.arange(3))
+    (tmp_path / "rows.txt").write_bytes((tmp_path / "rows.txt.npz").read_bytes())
+    for name in ("m.npz", "rows.txt"):
+        with pytest.raises(DataError, match=r"is a NumPy \.npz archive; give row indices as a "
+                                            r"\.npy array"):
+            read_rows(tmp_path / name, 10, "data.members")
 
 
 def test_bank_layout_with_public_rows_of_the_same_dataset(user, split):
@@ -68,6 +100,14 @@ def test_default_nonmembers_are_the_rest_and_overlaps_are_refused(user, split, t
     with pytest.raises(ConfigError, match="give public.rows"):
         build_audit_data(_cfg(data={"dataset": "digits", "members": str(user["members"])},
                               public={"dataset": "digits"}))
+    # one row: singular, not "1 public rows are also audit rows"
+    np.savetxt(tmp_path / "one.txt", split["members"][:1], fmt="%d")
+    with pytest.raises(DataError, match=r"^1 public row is also an audit row \(first \["):
+        build_audit_data(_cfg(data={"dataset": "digits", "members": str(user["members"])},
+                              public={"rows": str(tmp_path / "one.txt")}))
+    with pytest.raises(DataError, match=r"^1 row is both a member and a non-member \(first"):
+        build_audit_data(_cfg(data={"dataset": "digits", "members": str(user["members"]),
+                                    "nonmembers": str(tmp_path / "one.txt")}))
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet", ".npz"])
@@ -87,6 +127,17 @@ def test_membership_column_of_a_data_file(tmp_path, suffix):
     np.testing.assert_allclose(data.features, x.astype(np.float32))
     with pytest.raises(DataError, match="no (column|array) 'inside'"):
         build_audit_data(_cfg(data={"dataset": str(path), "membership_column": "inside"}))
+
+
+def test_a_text_file_named_npz_is_not_read_as_pickled_data(tmp_path):
+    path = tmp_path / "audit.npz"
+    path.write_text("f0,f1,label,member\n0.5,0.1,1,0\n")
+    with pytest.raises(DataError) as refused:
+        build_audit_data(_cfg(data={"dataset": str(path), "membership_column": "member"}))
+    message = str(refused.value)
+    assert message.startswith(f"{path} is a text file (first line 'f0,f1,label,member'), not a "
+                              "NumPy .npz archive:")
+    assert "pickled" not in message
 
 
 def test_public_file_must_match_the_audit_data(tmp_path):

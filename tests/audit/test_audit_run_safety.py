@@ -54,7 +54,8 @@ def test_a_failing_audit_leaves_the_previous_run_byte_identical(user, tmp_path, 
     assert main(_good(user, out)) == 0
     before = _snapshot(tmp_path / "runs")
     argv, message = _bad_runs(user, tmp_path, out)[case]
-    assert main(argv) == 2
+    # --overwrite: another config's run may replace this one, yet bad input leaves it intact
+    assert main([*argv, "--overwrite"]) == 2
     assert message in capsys.readouterr().err
     assert _snapshot(tmp_path / "runs") == before  # same files, same bytes, no stray folder
     assert not (tmp_path / "cache").exists()  # refused before any model trained
@@ -77,7 +78,7 @@ def test_an_interrupted_audit_keeps_the_previous_run(user, tmp_path, monkeypatch
         raise KeyboardInterrupt
 
     monkeypatch.setattr(audit_run, "evaluate_bank", interrupted)  # after bank.npz is staged
-    assert main([*_good(user, out), "--seed", "3"]) == 130
+    assert main([*_good(user, out), "--seed", "3", "--overwrite"]) == 130
     assert _snapshot(tmp_path / "runs") == before
 
 
@@ -88,8 +89,8 @@ def test_a_failing_attack_command_keeps_the_previous_report(digits_bank, tmp_pat
                  str(out)]) == 0
     before = _snapshot(tmp_path)
     assert main(["attack", str(bank), "--target", "9", "--attacks", "loss", "--out",
-                 str(out)]) == 2
-    assert "9" in capsys.readouterr().err
+                 str(out), "--overwrite"]) == 2
+    assert "target 9 is out of range" in capsys.readouterr().err
     assert _snapshot(tmp_path) == before
 
 
@@ -99,7 +100,9 @@ def test_an_attack_report_in_the_banks_run_folder_keeps_the_bank(user, tmp_path)
     assert main(_good(user, out)) == 0
     bank = (out / "bank.npz").read_bytes()
     assert main(["attack", str(out / "bank.npz"), "--target", "0", "--attacks", "confidence",
-                 "--out", str(out)]) == 0
+                 "--out", str(out)]) == 2  # another command's run: refused without --overwrite
+    assert main(["attack", str(out / "bank.npz"), "--target", "0", "--attacks", "confidence",
+                 "--out", str(out), "--overwrite"]) == 0
     assert (out / "bank.npz").read_bytes() == bank
     assert not (out / "verdict.json").exists()  # the audit's report was replaced whole
     assert set(json.loads((out / "metrics.json").read_text())) == {"confidence"}
@@ -139,7 +142,8 @@ def test_fewer_reference_rows_are_refused_or_reported_loudly(user, split, tmp_pa
     assert main([*argv, "--allow-fewer-reference-rows"]) == 0
     captured = capsys.readouterr()
     warning = "reference models trained on 80 rows each, the target on 300"
-    assert warning in captured.out and warning in caplog.text  # the table's notes, the log
+    assert warning in captured.out and warning not in caplog.text  # shown, not logged too
+    assert "WARNING" not in captured.out + captured.err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert any(warning in w for w in summary["warnings"])
     assert summary["reference_train_rows"] == 80

@@ -95,7 +95,7 @@ def test_probabilities_must_sum_to_one():
     with pytest.raises(DataError, match="must sum to 1 per row") as err:
         to_logits(bad, 4, "probabilities", 1e-3, "x")
     assert "row 3 sums to 0.9" in str(err.value)
-    with pytest.raises(DataError, match="rows do not sum to 1"):  # auto: looks like p, is not
+    with pytest.raises(DataError, match="1 row does not sum to 1"):  # auto: looks like p, is not
         to_logits(bad, 4, "auto", 1e-3, "x")
     raw = np.random.default_rng(1).normal(size=(5, 4))
     logits, kind = to_logits(raw, 4, "auto", 1e-3, "x")

@@ -294,7 +294,7 @@ def test_text_file_default_column_and_numeric_labels(tmp_path):
                     encoding="utf-8")
     ds = load_dataset(str(path), kind="text")
     assert ds.features.tolist() == ["first", "first"] and ds.labels.tolist() == [0, 1]
-    assert "10->0, 30->1" in ds.notes and "1 texts repeat an earlier row exactly" in ds.notes
+    assert "10->0, 30->1" in ds.notes and "1 text repeats an earlier row exactly" in ds.notes
 
 
 def test_text_file_missing_columns_suggest_the_closest(tmp_path):
@@ -321,7 +321,7 @@ def test_text_file_empty_texts_named_or_dropped(tmp_path):
     assert "dropped 3 rows with an empty or whitespace-only text (data rows [1, 2, 4])" in ds.notes
     jsonl = tmp_path / "e.jsonl"
     jsonl.write_text('{"text": "x", "label": 0}\n{"text": null, "label": 1}\n', encoding="utf-8")
-    with pytest.raises(DataError, match="data rows 1 "):
+    with pytest.raises(DataError, match="data row 1 "):
         load_dataset(str(jsonl), kind="text")
     all_empty = tmp_path / "all.csv"
     all_empty.write_text('text,label\n" ",0\n', encoding="utf-8")

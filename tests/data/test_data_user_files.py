@@ -73,7 +73,7 @@ def test_npz_errors(tmp_path):
     x = np.zeros((3, 2))
     x[1, 0] = np.nan
     np.savez(tmp_path / "nan.npz", X=x, y=np.zeros(3, int))
-    with pytest.raises(DataError, match=r"1 rows have NaN or inf.*\[1\]"):
+    with pytest.raises(DataError, match=r"1 row has NaN or inf.*\[1\]\); drop or impute it "):
         load_dataset(str(tmp_path / "nan.npz"))
     np.savez(tmp_path / "obj.npz", X=np.array([[1, "a"]], dtype=object), y=np.zeros(1, int))
     with pytest.raises(DataError, match="object arrays are refused"):
@@ -84,6 +84,43 @@ def test_npz_errors(tmp_path):
     np.savez(tmp_path / "range.npz", X=np.full((2, 4, 4), 3.0), y=np.zeros(2, int))
     with pytest.raises(DataError, match=r"lie in \[0, 1\]"):
         load_dataset(str(tmp_path / "range.npz"))
+
+
+@pytest.mark.parametrize("content, found", [
+    (b"x0,x1,label\n0.5,0.2,1\n", "is a text file (first line 'x0,x1,label')"),
+    (b"", "is empty"),
+    (b"\x80\x04K\x01.", "is a Python pickle"),
+    (b"\x00\x01\x02binary\xff\xfe", "is not a NumPy .npz archive"),
+])
+def test_a_file_that_is_no_npz_archive_says_what_it_is(tmp_path, content, found):
+    """NumPy reads any non-zip file as a pickle ("pickled (object) data"): say instead that
+    the file is not a NumPy .npz archive, what it is, and what a data .npz holds."""
+    path = tmp_path / "rows.npz"
+    path.write_bytes(content)
+    with pytest.raises(DataError) as refused:
+        load_dataset(str(path))
+    message = str(refused.value)
+    assert message.startswith(f"{path} {found}")
+    assert "not a NumPy .npz archive" in message and "pickled" not in message
+    assert "np.savez(path, X=features, y=labels)" in message and ".csv" in message
+    np.save(tmp_path / "array.npy", np.zeros(3))  # a .npy renamed .npz
+    (tmp_path / "array.npy").rename(path)
+    with pytest.raises(DataError, match=r"is a NumPy \.npy array, not a NumPy \.npz archive"):
+        load_dataset(str(path))
+
+
+def test_counts_of_one_read_in_the_singular(tmp_path):
+    path = tmp_path / "mail.csv"
+    path.write_text("text,label\nhello,0\n ,1\nhello,1\nbye,0\n")
+    with pytest.raises(DataError) as refused:
+        load_dataset(str(path), text_column="text")
+    assert ": 1 row has an empty or whitespace-only text in column 'text': data row 1 " in str(
+        refused.value)
+    assert "remove it, or pass drop_empty: true to drop it" in str(refused.value)
+    ds = load_dataset(str(path), text_column="text", drop_empty=True)
+    assert "dropped 1 row with an empty or whitespace-only text" in ds.notes
+    assert "the rows after it moved up" in ds.notes
+    assert "1 text repeats an earlier row exactly" in ds.notes
 
 
 def test_csv_with_categoricals_and_string_labels(tmp_path):

@@ -1,5 +1,7 @@
 import json
 import logging
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -154,3 +156,59 @@ def test_interrupted_metadata_write_is_not_cached(tmp_path, digits, monkeypatch,
     store = ModelCache(tmp_path)
     model = get(store, digits)  # the orphan weights are overwritten, not trusted
     assert not model.from_cache and store.stats.misses == 1 and store.contains(key)
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (restored after it)."""
+    previous = os.umask(0o022)
+    os.umask(previous)
+    yield os.umask
+    os.umask(previous)
+
+
+def _fit_sklearn(root, digits):
+    from sklearn.linear_model import LogisticRegression
+
+    from miaudit.audit.references import SklearnCache
+
+    x, y = digits
+    store = SklearnCache(root)
+    rows = np.arange(100)
+    store.get_or_fit(LogisticRegression(max_iter=20), x[:100].reshape(100, -1), y[:100], FP,
+                     rows, 0)
+    return store, store.key(_seeded(LogisticRegression(max_iter=20)), FP, rows, 0)
+
+
+def _seeded(estimator):
+    return estimator.set_params(random_state=0)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_every_cache_file_follows_the_umask(tmp_path, digits, umask, mask, mode):
+    """A shared MIAUDIT_CACHE_DIR: torch weights (written by safetensors, which makes its file
+    0600 itself), their metadata and scikit-learn entries all get 0o666 less the umask."""
+    umask(mask)
+    get(ModelCache(tmp_path / "torch"), digits)
+    _fit_sklearn(tmp_path / "sklearn", digits)
+    files = sorted((tmp_path / "torch").iterdir()) + sorted((tmp_path / "sklearn").iterdir())
+    assert sorted(p.suffix for p in files) == [".joblib", ".json", ".json", ".safetensors"]
+    for path in files:
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path.name
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("damage", [corrupt_weights, truncate_json, delete])
+def test_a_corrupt_sklearn_entry_is_refit_with_a_warning(tmp_path, digits, caplog, damage):
+    store, key = _fit_sklearn(tmp_path, digits)
+    assert (store.hits, store.misses) == (0, 1)
+    target = tmp_path / f"{key}.json" if damage is truncate_json else tmp_path / f"{key}.joblib"
+    damage(target)
+    with caplog.at_level(logging.WARNING, logger="miaudit.audit.references"):
+        again, _ = _fit_sklearn(tmp_path, digits)
+    assert again.corrupt == 1 and again.misses == 1  # refit, and stored again
+    assert (f"scikit-learn cache entry {tmp_path / f'{key}.joblib'} is corrupt (" in caplog.text
+            and "); refitting it" in caplog.text)
+    third, _ = _fit_sklearn(tmp_path, digits)
+    assert (third.hits, third.corrupt) == (1, 0)

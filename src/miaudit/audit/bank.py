@@ -16,6 +16,7 @@ from miaudit.audit.hf import lm_fit
 from miaudit.audit.references import References
 from miaudit.audit.sources import Target
 from miaudit.errors import ConfigError, DataError
+from miaudit.report.formatting import plural
 from miaudit.signals import SignalBank
 from miaudit.signals.assemble import SignalSpec, assemble_bank, query_signals
 from miaudit.signals.query import query_logits
@@ -47,7 +48,8 @@ def _rows_from(outputs: tuple[np.ndarray | None, np.ndarray], rows: np.ndarray, 
     if index is None:
         if len(logits) != n_data:
             raise DataError(
-                f"the {what} outputs have {len(logits)} rows but the {what} data has {n_data}; "
+                f"the {what} outputs have {plural(len(logits), 'row')} but the {what} data has "
+                f"{n_data}; "
                 "give one row per data row, or an 'index' naming the data row of each."
             )
         return logits[rows]
@@ -245,7 +247,11 @@ def skip_reasons(
             why.append(built.missing_channels.get(
                 needs.channel, f"needs the channel {needs.channel}, which this audit lacks"))
         if (needs.out_references or needs.shadows) and n_refs == 0:
-            why.append(f"needs reference models: {refs.reason}")
+            # e.g. RMIA given the target's outputs on public rows (its population) but no
+            # references: say that the population alone does not let it run
+            alone = ("; the population samples it has do not let it run without them"
+                     if needs.population and built.bank.population.any() else "")
+            why.append(f"needs reference models: {refs.reason}{alone}")
         elif needs.shadows and n_refs < needs.shadows:
             why.append(f"needs {needs.shadows} reference models as shadows; this audit has "
                        f"{n_refs} (raise references.models)")

@@ -111,7 +111,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.config:  # the file's relative paths are relative to the file, wherever it is run
         base = absolute_paths(base, Path(args.config).absolute().parent)
     flags = absolute_paths(flags_to_dict(args), Path.cwd())
-    run_audit(audit_config(merge(base, flags)), progress=not args.quiet)
+    run_audit(audit_config(merge(base, flags)), progress=not args.quiet,
+              overwrite=args.overwrite)
     return 0
 
 
@@ -140,7 +141,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--estimator", help="scikit-learn estimator with predict_proba (joblib)")
     g.add_argument("--predict", help="black box: 'package.module:function', X -> [n, classes]")
     g.add_argument("--outputs", help="black box: .npz/.csv/.parquet of logits or probabilities")
-    g.add_argument("--public-outputs", help="black box: outputs on the public rows (for RMIA)")
+    g.add_argument("--public-outputs",
+                   help="black box: its outputs on the public rows (--public / "
+                   "--public-rows), the population samples RMIA compares against; RMIA also "
+                   "needs reference models (a stand-in: --recipe with an architecture), "
+                   "else it is skipped")
     g.add_argument("--output-kind", choices=("auto", "logits", "probabilities"))
     d = p.add_argument_group("the data")
     d.add_argument("--data", help="dataset name (miaudit data list) or .npz/.csv/.parquet file")
@@ -178,4 +183,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     o.add_argument("--out", help="run directory (default runs/NAME)")
     o.add_argument("--cache-dir", help="model cache (default ~/.cache/miaudit/models)")
     o.add_argument("--quiet", action="store_true", help="no progress bars")
+    o.add_argument("--overwrite", action="store_true",
+                   help="replace the run in the output folder even if another command or "
+                   "config made it (refused otherwise; rerunning the same config needs no flag)")
     p.set_defaults(fn=cmd_audit)

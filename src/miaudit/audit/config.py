@@ -215,6 +215,10 @@ def _check(cfg: AuditConfig) -> None:
          "references.allow_fewer_rows must be true or false.")
     need(cfg.references.recipe is None or isinstance(cfg.references.recipe, dict),
          "references.recipe must be a mapping of recipe fields (epochs, lr, ...).")
+    if cfg.references.recipe is not None:  # before the model loads or a reference trains
+        from miaudit.train.recipe import check_trainable
+
+        check_trainable(cfg.references.recipe, "references.recipe")
     need(isinstance(cfg.seed, int) and cfg.seed >= 0, "seed must be an integer >= 0.")
     need(isinstance(cfg.exposed, int) and cfg.exposed >= 1, "exposed must be an integer >= 1.")
     need(cfg.attacks is None or (isinstance(cfg.attacks, list)

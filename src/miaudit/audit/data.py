@@ -20,7 +20,9 @@ import numpy as np
 
 from miaudit.audit.config import AuditConfig
 from miaudit.data import Dataset, load_dataset
+from miaudit.data.user_files import numpy_file_problem
 from miaudit.errors import ConfigError, DataError
+from miaudit.report.formatting import plural
 
 _MAPPING = re.compile(r"labels mapped to 0\.\.\d+: (\{.*?\})")
 
@@ -71,6 +73,19 @@ def read_rows(path: str | Path, n_rows: int, what: str) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{what} file {path} does not exist; check the path.")
+    # by content where NumPy's own formats are concerned: numpy reads any other file as a
+    # pickle and refuses it as "pickled data", which would not say what is wrong
+    if numpy_file_problem(path, "npz") is None:
+        raise DataError(
+            f"{what} file {path} is a NumPy .npz archive; give row indices as a .npy array "
+            "(np.save(path, rows)), a .json list or a text file of integers (.txt/.csv)."
+        )
+    problem = numpy_file_problem(path, "npy") if path.suffix == ".npy" else None
+    if problem:
+        raise DataError(
+            f"{what} file {problem}: save row indices with np.save(path, rows), or name a text "
+            "file of integers .txt or .csv."
+        )
     try:
         if path.suffix == ".npy":
             values = np.load(path, allow_pickle=False)
@@ -96,14 +111,22 @@ def read_rows(path: str | Path, n_rows: int, what: str) -> np.ndarray:
     values = values.astype(np.int64)
     if values.size == 0:
         raise DataError(f"{what} file {path} lists no rows.")
-    if values.min() < 0 or values.max() >= n_rows:
+    outside = values[(values < 0) | (values >= n_rows)]
+    if outside.size:
+        shown = ", ".join(str(v) for v in outside[:5])
+        more = f", ... ({plural(outside.size, 'row')} in all)" if outside.size > 5 else ""
         raise DataError(
-            f"{what} file {path} lists rows {values.min()}..{values.max()}, but the data has "
-            f"{n_rows} rows (0..{n_rows - 1}); indices are 0-based row positions."
+            f"{what} file {path} lists {plural(outside.size, 'row')} outside the data's "
+            f"{plural(n_rows, 'row')} (0..{n_rows - 1}): {shown}{more}; indices are 0-based row "
+            "positions."
         )
-    unique = np.unique(values)
+    unique, counts = np.unique(values, return_counts=True)
     if unique.size != values.size:
-        raise DataError(f"{what} file {path} repeats {values.size - unique.size} rows.")
+        repeated = unique[counts > 1]
+        raise DataError(
+            f"{what} file {path} lists {plural(repeated.size, 'row')} more than once (first "
+            f"{repeated[:5].tolist()}); list each row once."
+        )
     return unique
 
 
@@ -113,6 +136,10 @@ def _load_with_column(cfg: AuditConfig) -> tuple[Dataset, np.ndarray]:
     if not path.is_file():
         raise DataError(f"data.membership_column needs a data file; {path} is not one.")
     if path.suffix == ".npz":
+        problem = numpy_file_problem(path, "npz")
+        if problem:
+            raise DataError(f"{problem}: a membership column in a .npz is an array beside X "
+                            "and y (np.savez(path, X=..., y=..., member=...)).")
         with np.load(path, allow_pickle=False) as npz:
             if column not in npz.files:
                 raise DataError(f"{path} has no array {column!r}; it holds {npz.files}.")
@@ -285,21 +312,26 @@ def build_audit_data(cfg: AuditConfig) -> AuditData:
         nonmembers = np.flatnonzero(~taken)
     overlap = np.intersect1d(members, nonmembers)
     if overlap.size:
-        raise DataError(f"{overlap.size} rows are both members and non-members "
-                        f"(first {overlap[:5].tolist()}); each row is one or the other.")
+        both = ("is both a member and a non-member" if overlap.size == 1
+                else "are both members and non-members")
+        raise DataError(f"{plural(overlap.size, 'row')} {both} (first {overlap[:5].tolist()}); "
+                        "each row is one or the other.")
     if nonmembers.size == 0:
         raise DataError("no non-member rows: give data.nonmembers (rows the model did not "
                         "train on); an audit compares members with non-members.")
     if public is data:
         clash = np.intersect1d(public_rows, np.union1d(members, nonmembers))
         if clash.size:
-            raise DataError(f"{clash.size} public rows are also audit rows (first "
+            also = "is also an audit row" if clash.size == 1 else "are also audit rows"
+            raise DataError(f"{plural(clash.size, 'public row')} {also} (first "
                             f"{clash[:5].tolist()}); public data must be disjoint from them.")
     elif public is not None:
         dupes = _duplicates(data.features[members], public.features[public_rows])
         if dupes:
-            notes.append(f"{dupes} public rows are exact copies of training rows: reference "
-                         "models trained on them see members, which weakens reference attacks")
+            copies = ("is an exact copy of a training row" if dupes == 1
+                      else "are exact copies of training rows")
+            notes.append(f"{plural(dupes, 'public row')} {copies}: reference models trained "
+                         "on them see members, which weakens reference attacks")
     audit_rows = np.union1d(members, nonmembers)
     rng = np.random.default_rng([cfg.seed, 3])
     shuffled = rng.permutation(public_rows)

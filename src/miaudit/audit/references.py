@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +113,7 @@ class SklearnCache:
         self.root = Path(root)
         self.hits = 0
         self.misses = 0
+        self.corrupt = 0  # entries found broken (also counted in misses)
 
     def key(self, estimator: Any, fingerprint: str, rows: np.ndarray, seed: int) -> str:
         import sklearn
@@ -130,12 +132,19 @@ class SklearnCache:
             return None
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            if not isinstance(meta, dict):
+                raise CacheError("metadata is not a JSON object")
             blob = path.read_bytes()
             if hashlib.sha256(blob).hexdigest() != meta["weights_sha256"]:
                 raise CacheError("estimator file hash does not match its metadata")
             return joblib.load(path), float(meta["fit_seconds"])  # our own file, hash-checked
-        except (OSError, KeyError, ValueError, CacheError):
-            meta_path.unlink(missing_ok=True)  # corrupt: refit and overwrite
+        except (OSError, EOFError, KeyError, ValueError, TypeError, pickle.UnpicklingError,
+                CacheError) as exc:
+            # as the torch cache does: say which entry is broken and that it is refitted
+            why = f"metadata lacks {exc}" if isinstance(exc, KeyError) else exc
+            log.warning("scikit-learn cache entry %s is corrupt (%s); refitting it", path, why)
+            self.corrupt += 1
+            meta_path.unlink(missing_ok=True)  # refit and overwrite
             return None
 
     def get_or_fit(
@@ -194,10 +203,10 @@ def reference_rows(cfg: AuditConfig, data: AuditData) -> tuple[int, list[str]]:
             f"{fewer} rows with references.allow_fewer_rows: true "
             "(--allow-fewer-reference-rows): they understate the leak."
         )
-    note = (f"WARNING: reference models trained on {fewer} rows each, the target on {n_target} "
+    # returned, not logged: the caller shows it once, in the notes and the verdict's caveats
+    note = (f"reference models trained on {fewer} rows each, the target on {n_target} "
             f"(the public pool has only {data.n_pool} rows; accepted with "
             "references.allow_fewer_rows): reference-based attacks likely understate the leak.")
-    log.warning(note)
     return fewer, [note]
 
 

@@ -23,9 +23,11 @@ import torch
 from torch import nn
 
 from miaudit.audit.config import ModelSection
+from miaudit.data.user_files import numpy_file_problem
 from miaudit.errors import ConfigError, DataError
 from miaudit.models import build_model
 from miaudit.models.user import check_output_width, resolve_object
+from miaudit.report.formatting import plural
 from miaudit.signals.defences import FLOOR
 
 _PROBE_ROWS = 64  # rows used to check a black box's output once at load time
@@ -81,15 +83,17 @@ def to_logits(
         )
     if not np.isfinite(out).all():
         bad = np.flatnonzero(~np.isfinite(out).all(axis=1))
-        raise DataError(f"{where}: {bad.size} rows hold NaN or inf (first {bad[:5].tolist()}).")
+        raise DataError(f"{where}: {plural(bad.size, 'row')} {'holds' if bad.size == 1 else 'hold'}"
+                        f" NaN or inf (first {bad[:5].tolist()}).")
     in_unit = bool(((out >= 0) & (out <= 1)).all())
     sums = out.sum(axis=1)
     off = np.abs(sums - 1) > tolerance
     if kind == "auto":
         if in_unit and off.any():
             raise DataError(
-                f"{where}: the outputs lie in [0, 1] like probabilities but {int(off.sum())} "
-                f"rows do not sum to 1 (e.g. row {int(np.argmax(off))} sums to "
+                f"{where}: the outputs lie in [0, 1] like probabilities but "
+                f"{plural(int(off.sum()), 'row')} {'does' if off.sum() == 1 else 'do'} not sum "
+                f"to 1 (e.g. row {int(np.argmax(off))} sums to "
                 f"{sums[np.argmax(off)]:.6g}); if they are probabilities, fix or renormalise "
                 "them; if they are logits, say so with output_kind: logits."
             )
@@ -105,7 +109,8 @@ def to_logits(
         row = int(np.argmax(off))
         raise DataError(
             f"{where}: probabilities must sum to 1 per row (tolerance {tolerance:g}); "
-            f"{int(off.sum())} of {len(out)} rows do not (row {row} sums to {sums[row]:.6g}). "
+            f"{int(off.sum())} of {plural(len(out), 'row')} {'does' if off.sum() == 1 else 'do'}"
+            f" not (row {row} sums to {sums[row]:.6g}). "
             "Export the full softmax output, renormalise, or pass logits (output_kind: logits)."
         )
     return np.log(np.maximum(out, FLOOR)).astype(np.float32), kind
@@ -271,6 +276,11 @@ def load_outputs(
     suffix = path.suffix.lower()
     index = None
     if suffix == ".npz":
+        problem = numpy_file_problem(path, "npz")
+        if problem:
+            raise DataError(f"{problem}: an outputs .npz holds 'logits' or 'probabilities' "
+                            "[n, classes], saved with np.savez(path, logits=...); a table of "
+                            "outputs needs its own suffix (.csv or .parquet).")
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
         found = [k for k in ("logits", "probabilities") if k in arrays]

@@ -27,17 +27,70 @@ _TABLE_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet", ".pq
 _LABEL_NA = ["", "NA", "N/A", "n/a", "NaN", "nan", "null", "NULL", "None", "<NA>"]
 
 
+# what a NumPy file starts with: a .npz is a zip archive (an empty one: only its end record)
+_NUMPY_MAGIC = {"npz": (b"PK\x03\x04", b"PK\x05\x06"), "npy": (b"\x93NUMPY",)}
+_NUMPY_WHAT = {"npz": "a NumPy .npz archive", "npy": "a NumPy .npy array"}
+
+
+def numpy_file_problem(path: str | Path, kind: str) -> str | None:
+    """None when `path` starts as a NumPy file of `kind` ("npz" or "npy") does (or cannot be
+    read: the loader says so); else what it is instead, as the start of a message: "x.npz is
+    a text file (first line 'a,b,label'), not a NumPy .npz archive". NumPy itself reads any
+    other file as a pickle and refuses it as "pickled data", which says nothing useful."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return None
+    if head.startswith(_NUMPY_MAGIC[kind]):
+        return None
+    if not head:
+        found = "is empty"
+    elif any(head.startswith(m) for k, ms in _NUMPY_MAGIC.items() if k != kind for m in ms):
+        found = f"is {_NUMPY_WHAT['npy' if kind == 'npz' else 'npz']}"
+    elif head.startswith(b"\x80"):
+        found = "is a Python pickle"
+    else:
+        try:  # a multi-byte character may be cut at the end of the first 4096 bytes
+            text = head.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            text = head[: exc.start].decode("utf-8") if exc.start >= len(head) - 3 else None
+        if text is None or "\x00" in text:
+            return f"{path} is not {_NUMPY_WHAT[kind]}"  # binary, of some other format
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        shown = first if len(first) <= 60 else first[:57] + "..."
+        found = f"is a text file (first line {shown!r})" if first else "is a text file"
+    return f"{path} {found}, not {_NUMPY_WHAT[kind]}"
+
+
+def _plural(n: int, word: str) -> str:
+    # the report's helper, imported when a message needs it: loading data must not load the
+    # report package (matplotlib)
+    from miaudit.report.formatting import plural
+
+    return plural(n, word)
+
+
 def _check_finite(x: np.ndarray, path: Path) -> None:
     bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
     if bad.any():
         rows = np.nonzero(bad)[0]
+        many = len(rows) > 1
         raise DataError(
-            f"{path}: {len(rows)} rows have NaN or inf features (first rows {rows[:5].tolist()});"
-            " drop or impute them before auditing"
+            f"{path}: {_plural(len(rows), 'row')} {'have' if many else 'has'} NaN or inf "
+            f"features (first rows {rows[:5].tolist()}); drop or impute "
+            f"{'them' if many else 'it'} before auditing"
         )
 
 
 def _load_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    problem = numpy_file_problem(path, "npz")
+    if problem:
+        raise DataError(
+            f"{problem}: a .npz data file holds arrays X (features) and y (labels), saved with "
+            "np.savez(path, X=features, y=labels); a table needs its own suffix (.csv, .jsonl "
+            "or .parquet)"
+        )
     try:
         with np.load(path, allow_pickle=False) as npz:
             keys = list(npz.keys())
@@ -322,16 +375,20 @@ def _load_text_file(
     keep = np.ones(len(values), dtype=bool)
     if empty and not drop_empty:
         shown = ", ".join(str(i) for i in empty[:20]) + (" ..." if len(empty) > 20 else "")
+        many = len(empty) > 1
         raise DataError(
-            f"{path}: {len(empty)} rows have an empty or whitespace-only text in column "
-            f"{text_column!r}: data rows {shown} (counted from 0, header excluded); fill or "
-            "remove them, or pass drop_empty: true to drop them (later rows then move up)"
+            f"{path}: {_plural(len(empty), 'row')} {'have' if many else 'has'} an empty or "
+            f"whitespace-only text in column {text_column!r}: data "
+            f"{'rows' if many else 'row'} {shown} (counted from 0, header excluded); fill or "
+            f"remove {'them' if many else 'it'}, or pass drop_empty: true to drop "
+            f"{'them' if many else 'it'} (later rows then move up)"
         )
     if empty:
         keep[empty] = False
         notes.append(
-            f"dropped {len(empty)} rows with an empty or whitespace-only text (data rows "
-            f"{empty[:20]}{' ...' if len(empty) > 20 else ''}); the rows after them moved up"
+            f"dropped {_plural(len(empty), 'row')} with an empty or whitespace-only text "
+            f"(data rows {empty[:20]}{' ...' if len(empty) > 20 else ''}); the rows after "
+            f"{'them' if len(empty) > 1 else 'it'} moved up"
         )
     if not keep.any():
         raise DataError(f"{path}: every text is empty; nothing to audit")
@@ -341,8 +398,9 @@ def _load_text_file(
     repeated = len(texts) - len(set(texts))
     if repeated:
         notes.append(
-            f"{repeated} texts repeat an earlier row exactly (kept: a member and a non-member "
-            "with the same text cannot be told apart)"
+            f"{_plural(repeated, 'text')} {'repeat' if repeated > 1 else 'repeats'} an earlier "
+            "row exactly (kept: a member and a non-member with the same text cannot be told "
+            "apart)"
         )
     return Dataset(
         name=f"file:{path.name}",

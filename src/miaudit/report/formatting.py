@@ -7,6 +7,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """A count and its noun, singular for one: plural(1, "row") -> '1 row', plural(3, "row")
+    -> '3 rows'; ``many`` for an irregular plural (plural(2, "entry", "entries"))."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
 def fmt_pct(value: float | None) -> str:
     """A rate as a percentage without the sign: 2 decimals below 1%, 1 decimal above; '-'
     when missing."""
