@@ -33,6 +33,11 @@ CANARY_GAUSSIAN_DP_LOWER_BOUND = "canary_gaussian_dp_lower_bound"
 ONE_RUN = "one_run"
 EPSILON_KEYS = (EPSILON_LOWER_BOUND, GAUSSIAN_DP_LOWER_BOUND, CANARY_EPSILON_LOWER_BOUND,
                 CANARY_GAUSSIAN_DP_LOWER_BOUND, ONE_RUN)
+# what the best bound says of a DP claim (miaudit.pipeline.epsilon.claim_finding)
+REFUTED = "refuted"  # above the claim, with a proof: the claim does not hold
+EVIDENCE_AGAINST = "evidence against"  # above it, valid if membership was drawn at random
+WITHHELD = "withheld"  # above it, but the split is told apart without the model
+NOT_EXCEEDED = "not exceeded"
 # the threshold ε bound of a set of samples -> the μ-GDP bound of the same samples
 GAUSSIAN_DP_OF = {EPSILON_LOWER_BOUND: GAUSSIAN_DP_LOWER_BOUND,
                   CANARY_EPSILON_LOWER_BOUND: CANARY_GAUSSIAN_DP_LOWER_BOUND}

@@ -86,11 +86,16 @@ def test_mismatched_inputs_are_never_a_clearance():
     result = _result(20_000, 20_000, shift=0.0, seed=1)
     why = ("inputs look mismatched: the model is 8.3% accurate on its own training rows with "
            "preprocessing 'standard' but 100.0% with 'raw'; rerun with --preprocessing raw")
+    result.meta["checks"] = {"input_mismatch": why}
     verdict = make_verdict(result, {**CONTEXT, "input_mismatch": why})
-    assert verdict["level"] == "not measured" and verdict["input_mismatch"] == why
-    assert verdict["caveats"][0] == "I" + why[1:]  # first, where it is read
-    assert "no evidence that nothing leaks" in verdict["headline"]
+    assert verdict["level"] == "inconclusive" and verdict["input_mismatch"] == why
+    assert [r["code"] for r in verdict["reasons"]] == ["input-mismatch"]
+    assert not any("mismatched" in c for c in verdict["caveats"])  # the headline says it
+    assert verdict["headline"].startswith("Inconclusive. This audit cannot support a verdict: "
+                                          + why)
     text = " ".join(verdict_text(verdict).split())
-    assert "--preprocessing raw" in text
+    assert "--preprocessing raw" in text and "evidence, not proof" not in text
+    assert "supports no statement either way" in text
+    result.meta["checks"] = {}
     plain = make_verdict(result, CONTEXT)  # without a mismatch, nothing of it
     assert plain["input_mismatch"] is None and "mismatched" not in verdict_text(plain)

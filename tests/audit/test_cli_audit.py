@@ -97,7 +97,12 @@ def test_audit_an_sklearn_estimator_with_a_membership_column(user, split, tmp_pa
     assert best["epsilon"] <= max(b["epsilon"] for b in _bounds(metrics))
     verdict = json.loads((out / "verdict.json").read_text())
     line = next(p for p in verdict["paragraphs"] if p.startswith("Privacy: claimed ε 0.01"))
-    assert ("does not hold" in line) == (best["epsilon"] > 0.01)
+    # the user's split: a bound above the claim is evidence against it, assuming random
+    # membership, never "does not hold" (no proof covers a split miaudit did not draw)
+    assert privacy["membership"] == "user"
+    assert ("evidence against the claim, assuming the members were chosen at random"
+            in line) == (best["epsilon"] > 0.01)
+    assert "does not hold" not in line
 
 
 def _bounds(metrics: dict) -> list[dict]:
@@ -137,8 +142,13 @@ def test_audit_a_prediction_function(user, tmp_path, capsys):
     assert "black-box prediction function" in skipped["gradient-norm"]
     assert "off by default" in skipped["boundary-distance"]  # queryable, but slow: opt in
     assert "no public data" in skipped["rmia"]
-    # a fixed random map knows nothing of the training rows: nothing measurable is claimed
-    assert summary["verdict"]["level"] == "not measured"
+    # a fixed random map knows nothing of the training rows: near chance on them, and 300
+    # non-members cannot support a 1% FPR figure, so no clearance, and each reason is named
+    assert summary["verdict"]["level"] == "inconclusive"
+    # (the audit's input check words the near-chance accuracy as a mismatch, with its fix)
+    assert {r["code"] for r in summary["verdict"]["reasons"]} == {"input-mismatch",
+                                                                 "few-nonmembers"}
+    assert summary["checks"]["target_fit"]["near_chance"]
 
 
 def test_config_paths_are_relative_to_the_config_file_and_saved_absolute(
@@ -221,3 +231,67 @@ def test_a_dp_claim_needs_both_numbers():
     with pytest.raises(ConfigError, match="dp_delta must lie in"):
         audit_config({**base, "model": {"estimator": "m.joblib", "dp_epsilon": 8,
                                         "dp_delta": 1.5}})
+
+
+def _quick_audit(user, out, *extra):
+    """A quick audit (a black-box function, no references) into `out`."""
+    return ["audit", "--predict", f"{user['nets']}:predict_proba", "--data", "digits",
+            "--members", str(user["members"]), "--nonmembers", str(user["nonmembers"]),
+            "--attacks", "loss,confidence", "--out", str(out), "--quiet", *extra]
+
+
+def test_an_audit_replaces_another_run_only_with_overwrite(user, tmp_path, capsys):
+    out = tmp_path / "runs" / "audit"
+    assert main(_quick_audit(user, out)) == 0
+    assert main(_quick_audit(user, out)) == 0  # the same audit reruns into its folder
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert main(_quick_audit(user, out, "--seed", "3")) == 2
+    err = capsys.readouterr().err
+    assert (f"{out} already holds another run: 'audit', made by `miaudit audit` with a "
+            "different config. This `miaudit audit` would replace its files (audit.yaml,") in err
+    assert "Give --overwrite" in err and "or --out another folder" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert main(_quick_audit(user, out, "--seed", "3", "--overwrite")) == 0
+    assert yaml.safe_load((out / "audit.yaml").read_text())["seed"] == 3
+
+
+def test_the_python_api_passes_overwrite_through(user, tmp_path):
+    import miaudit
+    from miaudit.errors import ConfigError
+
+    out = tmp_path / "api"
+    args = dict(model=f"{user['nets']}:predict_proba", data="digits",
+                members=user["members"], nonmembers=user["nonmembers"], references=0,
+                attacks="loss", out=out, progress=False)
+    miaudit.audit(**args)
+    miaudit.audit(**args)  # its own run again
+    with pytest.raises(ConfigError, match="already holds another run: 'audit', made by "
+                                          "`miaudit audit` with a different config"):
+        miaudit.audit(**args, seed=3)
+    assert miaudit.audit(**args, seed=3, overwrite=True).out == out
+
+
+def test_public_outputs_without_references_say_what_rmia_needs(user, tmp_path, capsys):
+    """--public-outputs gives RMIA its population samples, not reference models: the help and
+    the skip reason say so."""
+    import joblib
+
+    with pytest.raises(SystemExit):
+        main(["audit", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("black box: its outputs on the public rows (--public / --public-rows), the "
+            "population samples RMIA compares against; RMIA also needs reference models (a "
+            "stand-in: --recipe with an architecture), else it is skipped") in help_text
+    probabilities = joblib.load(user["mlp"]).predict_proba(load_digits().data / 16.0)
+    np.savez(tmp_path / "out.npz", probabilities=probabilities)
+    out = tmp_path / "run"
+    assert main(["audit", "--outputs", str(tmp_path / "out.npz"), "--public-outputs",
+                 str(tmp_path / "out.npz"), "--data", "digits", "--members",
+                 str(user["members"]), "--nonmembers", str(user["nonmembers"]),
+                 "--public-rows", str(user["public"]), "--attacks", "loss,rmia", "--out",
+                 str(out), "--quiet"]) == 0
+    reason = json.loads((out / "summary.json").read_text())["skipped"]["rmia"]
+    assert reason.startswith("needs reference models: black-box target")
+    assert "references.recipe with an architecture" in reason
+    assert reason.endswith("; the population samples it has do not let it run without them")

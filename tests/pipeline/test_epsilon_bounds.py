@@ -136,7 +136,7 @@ def test_a_dp_target_is_audited_at_its_own_delta_and_its_claim_is_shown(claimed,
     claim = {"epsilon_spent": claimed, "delta": 1e-6, "target_epsilon": claimed}
     dp = evaluate_bank(_leaky_bank(), 0, ["loss", "confidence"], seed=0, progress=False,
                        metric_cfg=MetricsConfig(bootstrap=0, epsilon_delta=1e-3),
-                       target_privacy=claim)
+                       target_privacy=claim, membership="miaudit")
     entry = dp.outcome("loss").metrics[EPSILON_LOWER_BOUND]
     assert entry["delta"] == 1e-6 and entry["epsilon"] > 2  # 300 + 300 samples, separated
     audit = dp.meta["privacy_audit"]
@@ -168,3 +168,50 @@ def test_the_table_and_the_report_show_the_bounds(result):
 def test_delta_and_alpha_are_checked(metrics, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         config_from_dict({"metrics": metrics})
+
+
+def _text_shifted_bank(n: int = 600) -> SignalBank:
+    """_leaky_bank whose members' texts are far more compressible than the non-members': the
+    model-free blind baseline tells them apart without reading any model."""
+    bank = _leaky_bank(n)
+    members = bank.membership[0]
+    chars = np.full(n, 400, dtype=np.int64)
+    zbytes = np.where(members, 120, 300) + np.random.default_rng(1).integers(0, 40, n)
+    return SignalBank(logits=bank.logits, labels=bank.labels, membership=bank.membership,
+                      text_zlib_bytes=zbytes.astype(np.int64), text_chars=chars)
+
+
+def test_model_free_attacks_bound_nothing_and_a_split_they_separate_refutes_nothing():
+    claim = {"epsilon_spent": 0.5, "delta": 1e-6}
+    result = evaluate_bank(_text_shifted_bank(), 0, ["loss", "blind"], seed=0, progress=False,
+                           metric_cfg=MetricsConfig(bootstrap=50), target_privacy=claim,
+                           membership="miaudit")
+    blind = result.outcome("blind")
+    assert blind.cost["models"] == 0 and blind.summary.auc > 0.95  # the split, not the model
+    record = blind.summary.epsilon_lower_bound
+    assert record.bound is None and "model-free" in record.reason
+    audit = result.meta["privacy_audit"]
+    assert audit["bounds_compared"] == 1 and audit["best"]["attack"] == "loss"
+    assert audit["split_shifted"] is True and audit["exceeds_claim"] is True
+    assert audit["claim_finding"] == "withheld" and audit["refutes_claim"] is False
+    line = privacy_line(result)
+    assert "no refutation on that basis" in line and "does not hold" not in line
+    # the same bank without the text shift: the claim does not hold
+    plain = evaluate_bank(_leaky_bank(), 0, ["loss"], seed=0, progress=False,
+                          metric_cfg=MetricsConfig(bootstrap=50), target_privacy=claim,
+                          membership="miaudit")
+    assert plain.meta["privacy_audit"]["split_shifted"] is None  # nothing model-free ran
+    assert plain.meta["privacy_audit"]["claim_finding"] == "refuted"
+
+
+def test_a_bare_bank_or_a_users_split_is_evidence_against_a_claim_not_a_refutation():
+    claim = {"epsilon_spent": 0.5, "delta": 1e-6}
+    for membership in ("unknown", "user"):
+        result = evaluate_bank(_leaky_bank(), 0, ["loss"], seed=0, progress=False,
+                               metric_cfg=MetricsConfig(bootstrap=0), target_privacy=claim,
+                               membership=membership)
+        audit = result.meta["privacy_audit"]
+        assert audit["membership"] == membership
+        assert audit["claim_finding"] == "evidence against" and not audit["refutes_claim"]
+    with pytest.raises(ValueError, match="membership must be one of"):
+        evaluate_bank(_leaky_bank(), 0, ["loss"], progress=False, membership="random")

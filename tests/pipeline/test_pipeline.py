@@ -102,6 +102,30 @@ def test_unknown_attack_fails_before_training(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_an_attack_needing_augmented_queries_fails_before_training(tmp_path):
+    cfg = _tiny_config(tmp_path, attacks=["loss", "augmentation-consistency"],
+                       signals={"queries": ["plain"]})
+    with pytest.raises(ConfigError, match=r"attack 'augmentation-consistency' cannot run on "
+                                          r"this run's queries \['plain'\]: needs at least 1"):
+        run(cfg, progress=False)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_run_checks_its_split_and_draws_its_membership(tmp_path):
+    result, out = run(_tiny_config(tmp_path, attacks=["loss"]), progress=False, echo=False)
+    checks = result.meta["checks"]
+    split = checks["split"]  # miaudit drew the split at random: nothing to find
+    assert not split["shifted"] and split["rows"] == 200 and 0.35 < split["metrics"]["auc"] < 0.65
+    assert checks["target_fit"]["n_members"] == 100 and not checks["target_fit"]["near_chance"]
+    assert result.meta["privacy_audit"]["membership"] == "miaudit"
+    assert result.meta["privacy_audit"]["split_shifted"] is False
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["checks"]["split"]["p_value"] == split["p_value"]
+    off, _ = run(_tiny_config(tmp_path, attacks=["loss"], metrics={"split_check": False}),
+                 progress=False, echo=False, overwrite=True)
+    assert off.meta["checks"]["split"] is None
+
+
 def test_unknown_recipe_field_is_a_config_error(tmp_path):
     cfg = _tiny_config(tmp_path, recipe={"architecture": "mlp", "epoch": 3})
     with pytest.raises(ConfigError, match="epoch"):
@@ -233,7 +257,8 @@ def test_a_failing_run_leaves_the_previous_run_byte_identical(tmp_path, capsys, 
 
     assert main(["run", str(_cli_config(tmp_path)), "--quiet"]) == 0
     before = _snapshot(tmp_path / "runs")
-    assert main(["run", str(_cli_config(tmp_path, "bad", **bad)), "--quiet"]) == 2
+    # --overwrite: another config's run may replace this one, yet bad input leaves it intact
+    assert main(["run", str(_cli_config(tmp_path, "bad", **bad)), "--quiet", "--overwrite"]) == 2
     assert message in capsys.readouterr().err
     assert _snapshot(tmp_path / "runs") == before  # same files, same bytes, no stray folder
 
@@ -255,13 +280,15 @@ def test_an_interrupted_run_keeps_the_previous_one_and_a_rerun_replaces_it(
     # after training and the bank: the staging folder holds config.yaml and bank.npz by now
     with monkeypatch.context() as patch:
         patch.setattr(runner, "evaluate_bank", interrupted)
-        assert main(["run", str(_cli_config(tmp_path, seed=1)), "--quiet"]) == 130
+        assert main(["run", str(_cli_config(tmp_path, seed=1)), "--quiet",
+                     "--overwrite"]) == 130
     assert _snapshot(tmp_path / "runs") == before
     # a successful rerun replaces the run whole: no calibration figure (no calibrated-loss)
     # is left over from the previous run, and references on fewer rows are reported
     again = _cli_config(tmp_path, "again", attacks=["loss"],
                         split={"audit": 200, "public": 100, "population": 100})
-    assert main(["run", str(again), "--quiet"]) == 0
+    assert main(["run", str(again), "--quiet"]) == 2  # another config: refused unless told
+    assert main(["run", str(again), "--quiet", "--overwrite"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["files"]) == {p.name for p in out.iterdir()}
     assert not (out / "calibration.png").exists()
@@ -311,3 +338,24 @@ def test_threshold_rows_on_audit_samples_are_refused(digits_bank, monkeypatch):
     monkeypatch.setitem(base._REGISTRY, "cheat", base.AttackSpec("cheat", cheat, base.Needs(), ""))
     with pytest.raises(AttackError, match="public data only"):
         base.run_attack("cheat", TargetView.of(digits_bank, 0))
+
+
+def test_target_fit_flags_a_target_near_chance_on_its_own_training_rows():
+    from miaudit.pipeline.evaluate import target_fit
+    from miaudit.signals import SignalBank
+
+    rng = np.random.default_rng(0)
+    n, classes = 400, 10
+    labels = rng.integers(0, classes, n)
+    membership = np.zeros((2, n), dtype=bool)
+    membership[0, :200] = True
+    membership[1, 200:] = True
+    untrained = np.zeros((2, n, 1, classes), dtype=np.float32)  # always predicts class 0
+    fit = target_fit(SignalBank(logits=untrained, labels=labels, membership=membership), 0)
+    share = np.bincount(labels[:200]).max() / 200
+    assert fit["near_chance"] and fit["chance"] == share and fit["n_members"] == 200
+    assert fit["train_accuracy"] == np.mean(labels[:200] == 0)
+    trained = untrained.copy()
+    trained[0, np.arange(n), 0, labels] = 5.0  # right on every row
+    fit = target_fit(SignalBank(logits=trained, labels=labels, membership=membership), 0)
+    assert fit["train_accuracy"] == 1.0 and not fit["near_chance"]

@@ -18,7 +18,8 @@ N = 400
 
 
 def _result(names: list[str], claim: dict | None = None, broken: str | None = None,
-            mu: bool = False) -> AuditResult:  # fmt: skip
+            mu: bool = False, membership: str = "miaudit", shifted: bool | None = None
+            ) -> AuditResult:  # fmt: skip
     rng = np.random.default_rng(0)
     members = rng.random(N) < 0.5
     halves = Halves.of(members, 7, 1e-5, 0.05)
@@ -34,7 +35,8 @@ def _result(names: list[str], claim: dict | None = None, broken: str | None = No
                                                                   None if why else halves, why)
         outcomes.append(AttackOutcome(name=name, scores=scores, metrics=metrics))
     settings = {"claimed": claim, "alpha": 0.05, "delta": 1e-5,
-                "delta_source": "metrics.epsilon_delta", "split_seed": 7, "canaries": None}
+                "delta_source": "metrics.epsilon_delta", "split_seed": 7, "canaries": None,
+                "membership": membership, "split_shifted": shifted}
     return AuditResult(indices=np.arange(N), members=members, outcomes=outcomes,
                        meta={"privacy_audit": privacy_audit(outcomes, settings)})
 
@@ -51,6 +53,36 @@ def test_a_claim_below_the_bound_is_refuted_and_one_above_it_is_not():
     assert low.startswith("Privacy: claimed ε 0.1 (δ 1e-05)") and "does not hold" in low
     high = privacy_line(_result(["loss"], claim={"epsilon": 100.0, "delta": 1e-5}))
     assert "cannot confirm a claim" in high
+
+
+def test_a_refutation_says_what_it_rests_on():
+    claim = {"epsilon": 0.1, "delta": 1e-5}
+    # miaudit drew the split at random: a proof, the claim does not hold
+    drawn = _result(["loss"], claim=claim, membership="miaudit")
+    assert drawn.meta["privacy_audit"]["claim_finding"] == "refuted"
+    assert drawn.meta["privacy_audit"]["refutes_claim"] is True
+    # the user's split: evidence against, assuming random membership; never "does not hold"
+    for source in ("user", "unknown"):
+        given = _result(["loss"], claim=claim, membership=source)
+        audit, line = given.meta["privacy_audit"], privacy_line(given)
+        assert audit["claim_finding"] == "evidence against" and audit["exceeds_claim"] is True
+        assert audit["refutes_claim"] is False
+        assert "does not hold" not in line
+        assert "evidence against the claim, assuming the members were chosen at random" in line
+    # a split told apart without the model: no refutation at all, whoever drew it
+    shifted = _result(["loss"], claim=claim, membership="miaudit", shifted=True)
+    audit, line = shifted.meta["privacy_audit"], privacy_line(shifted)
+    assert audit["claim_finding"] == "withheld" and audit["refutes_claim"] is False
+    assert "no refutation on that basis" in line and "does not hold" not in line
+    # a bound below the claim: nothing to withhold
+    high = _result(["loss"], claim={"epsilon": 100.0, "delta": 1e-5}, shifted=True)
+    assert high.meta["privacy_audit"]["claim_finding"] == "not exceeded"
+
+
+def test_results_written_before_claim_findings_still_read():
+    result = _result(["loss"], claim={"epsilon": 0.1, "delta": 1e-5})
+    del result.meta["privacy_audit"]["claim_finding"]
+    assert "does not hold" in privacy_line(result)
 
 
 def test_bounds_of_zero_name_no_attack():

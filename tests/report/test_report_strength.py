@@ -120,8 +120,13 @@ def test_verdict_line_indicative_and_not_measured() -> None:
     assert "where guessing gets 1%" in verdict["line"]
     assert make_verdict(weak, {})["level"] == "not measured"
     # an audit that found the model's inputs mismatched never reads as a clearance
-    weak.meta["verdict"] = make_verdict(weak, {"input_mismatch": "inputs look mismatched"})
-    assert short_verdict(weak)["line"].endswith("so this is no evidence that nothing leaks.")
+    weak.meta["checks"] = {"input_mismatch": "inputs look mismatched"}
+    mismatched = short_verdict(weak)
+    assert mismatched["level"] == "inconclusive"
+    assert mismatched["line"].startswith(
+        "Verdict: Inconclusive. This audit cannot support a verdict: inputs look mismatched. "
+        "To fix: feed the model exactly the values it was trained on.")
+    assert "picks out 20.0% of members" in mismatched["line"]  # the figures stay, after it
 
 
 def test_verdict_line_average_case_names_the_auc_attack() -> None:
@@ -170,3 +175,102 @@ def test_every_figure_has_a_real_caption(name: str) -> None:
     expected = {"roc": "log-log", "histograms": "rank", "calibration": "Watson",
                 "exposed": "most exposed", "mine": "mine.png"}[name]
     assert expected in caption
+
+
+def _split(auc: float, shifted: bool, tpr: float = 0.02) -> dict:
+    """A split check's record as miaudit.pipeline.split_check writes it (figures by hand)."""
+    return {"classifier": "gradient-boosted trees", "features": "the 4 feature values",
+            "folds": 2, "rows": 4000, "subsampled_from": None, "confidence": 0.9,
+            "metrics": {"auc": auc, "auc_ci": None, "tpr_at_fpr": {"0.001": tpr / 5,
+                                                                    "0.01": tpr}},
+            "halves": [{"auc": auc, "auc_ci": [auc - 0.02, auc + 0.02], "p_value": 1e-9}] * 2,
+            "p_value": 1e-9 if shifted else 0.4, "shift_p_value": 0.001, "shifted": shifted}
+
+
+def test_a_shifted_split_makes_every_level_inconclusive_with_the_comparison() -> None:
+    exposed = _result(n0=2000)
+    assert short_verdict(exposed)["level"] == "exposed"
+    exposed.meta["checks"] = {"split": _split(0.55, shifted=True)}
+    verdict = short_verdict(exposed)
+    assert verdict["level"] == "inconclusive" and verdict["label"] == "Inconclusive"
+    assert [r["code"] for r in verdict["reasons"]] == ["shifted-split"]
+    # b's TPR interval [10%, 30%] at 1% lies above the check's 2%, its AUC 0.60 above 0.55
+    assert verdict["shift"]["exceeds"]
+    line = verdict["line"]
+    assert "the split check tells members from non-members without the model (AUC 0.550" in line
+    assert "exceeds it (TPR 20% against 2% at 1% FPR" in line
+    assert "no DP claim is refuted on a shifted split" in line
+    # a split check that finds nothing leaves the verdict alone
+    exposed.meta["checks"] = {"split": _split(0.51, shifted=False)}
+    assert short_verdict(exposed)["level"] == "exposed"
+
+
+def test_an_attack_below_the_model_free_baseline_does_not_exceed_it() -> None:
+    result = _result(n0=2000)
+    result.meta["checks"] = {"split": _split(0.9, shifted=True, tpr=0.5)}
+    shift = short_verdict(result)["shift"]
+    assert not shift["exceeds"] and shift["tpr"] == 0.5
+    assert "does not exceed it" in short_verdict(result)["line"]
+
+
+def test_no_measurable_leak_needs_a_trained_target_and_enough_nonmembers() -> None:
+    weak = _result(n0=2000, ci_low=0.01)
+    for o in weak.outcomes:
+        o.metrics["auc_ci"] = [0.45, 0.55]
+    assert short_verdict(weak)["level"] == "not measured"
+    weak.meta["checks"] = {"target_fit": {"train_accuracy": 0.07, "chance": 0.12, "floor": 0.2,
+                                          "near_chance": True, "n_members": 2000}}
+    verdict = short_verdict(weak)
+    assert verdict["level"] == "inconclusive"
+    assert "the target is 7% accurate on its own 2,000 training rows, where always guessing " \
+           "the majority class gets 12%" in verdict["line"]
+    release = make_verdict(weak, {"references": 4})
+    assert release["level"] == "inconclusive" and "supports no statement either way" in \
+        " ".join(release["paragraphs"])
+    # a mismatch explains a near-chance target already: one reason, not two
+    weak.meta["checks"]["input_mismatch"] = "inputs look mismatched"
+    assert [r["code"] for r in short_verdict(weak)["reasons"]] == ["input-mismatch"]
+    # too few non-members for the headline figure: 500 x 1% = 5 expected false positives
+    few = _result(n0=500, ci_low=0.01)
+    for o in few.outcomes:
+        o.metrics["auc_ci"] = [0.45, 0.55]
+    verdict = short_verdict(few)
+    assert [r["code"] for r in verdict["reasons"]] == ["few-nonmembers"]
+    assert "audit with at least 1,000 non-members" in verdict["line"]
+    assert "Indicative only" not in verdict["line"]  # said once, as the reason
+
+
+def test_an_exposed_or_average_case_level_stands_whatever_the_fit() -> None:
+    exposed = _result(n0=2000)
+    exposed.meta["checks"] = {"input_mismatch": "inputs look mismatched",
+                              "target_fit": {"train_accuracy": 0.1, "chance": 0.1,
+                                             "floor": 0.19, "near_chance": True,
+                                             "n_members": 2000}}
+    assert short_verdict(exposed)["level"] == "exposed"  # a leak found is a leak
+
+
+def test_a_model_free_attack_is_never_the_strongest() -> None:
+    result = _result(n0=2000)
+    blind = result.outcome("b")
+    blind.cost = {"models": 0}  # as evaluate_bank records a model-free attack
+    order, key = ranked(result)
+    assert order[-1].name == "b" and key == "0.01"
+    assert short_verdict(result)["attack"] != "b"
+    assert STRONGEST_MARK not in next(r for r in build_table(result).rows
+                                      if r[0].startswith("b"))[0]
+
+
+def test_release_advice_follows_what_the_audit_did() -> None:
+    weak = _result(n0=2000, ci_low=0.01)
+    for o in weak.outcomes:
+        o.metrics["auc_ci"] = [0.45, 0.55]
+    without = " ".join(make_verdict(weak, {"references": 0})["paragraphs"])
+    assert "audit again with reference models (--references)" in without
+    with_refs = " ".join(make_verdict(weak, {"references": 4})["paragraphs"])
+    assert "reference models (--references)" not in with_refs
+    assert "more reference models trained exactly like the target" in with_refs
+    assert "evidence, not proof, of privacy" not in with_refs
+    average = _result(n0=2000, ci_low=0.01)
+    average.outcome("d").metrics["auc_ci"] = [0.97, 0.995]
+    text = " ".join(make_verdict(average, {"references": 4})["paragraphs"])
+    assert "audit again with reference models (--references)" not in text

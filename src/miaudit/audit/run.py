@@ -22,9 +22,11 @@ from miaudit.devices import resolve_device
 from miaudit.errors import ConfigError
 from miaudit.io import StagedRunDir, write_json, write_text
 from miaudit.pipeline.evaluate import evaluate_bank
+from miaudit.pipeline.split_check import split_check
 from miaudit.report import format_table, write_report
 from miaudit.report.exposure import EXPOSURE_FIGURE
 from miaudit.report.privacy import privacy_line
+from miaudit.report.split import split_line
 from miaudit.results import AuditResult
 from miaudit.train.cache import default_cache_dir
 
@@ -85,6 +87,19 @@ def _meta(cfg: AuditConfig, data: AuditData, target: Target, refs: References,
     }
 
 
+def _split_check(cfg: AuditConfig, data: AuditData) -> dict[str, Any] | None:
+    """The model-free split check on the user's members and non-members (their rows' features
+    or texts and labels), None when the config turns it off."""
+    if not cfg.metrics.split_check:
+        return None
+    n = data.n_audit
+    texts = (data.texts[:n] if data.texts is not None
+             else data.features[:n] if data.kind == "text" else None)
+    return split_check(data.members, features=None if texts is not None else data.features[:n],
+                       labels=data.labels[:n], texts=texts, metric_cfg=cfg.metrics,
+                       seed=cfg.seed)
+
+
 def _claim(cfg: AuditConfig) -> dict[str, float] | None:
     """The model's stated (ε, δ) claim, as the ε bounds read a DP target's privacy record."""
     if cfg.model.dp_epsilon is None:
@@ -93,7 +108,7 @@ def _claim(cfg: AuditConfig) -> dict[str, float] | None:
 
 
 def run_audit(
-    cfg: AuditConfig, progress: bool = True, echo: bool = True
+    cfg: AuditConfig, progress: bool = True, echo: bool = True, overwrite: bool = False
 ) -> tuple[AuditResult, Path]:
     """The whole audit; writes audit.yaml, bank.npz, exposed.csv, verdict.txt and the report.
 
@@ -105,13 +120,16 @@ def run_audit(
     for name in names:
         get_attack(name)  # unknown names fail before any work
     out = run_dir(cfg)
-    with StagedRunDir(out) as stage:
+    with StagedRunDir(out, command="audit", name=cfg.name, config=cfg.to_dict(),
+                      defaults=AuditConfig().to_dict(), overwrite=overwrite) as stage:
         result = _audit_into(cfg, names, stage, progress)
     if echo:
         verdict = result.meta["verdict"]
         print(format_table(result))
+        said = " ".join(verdict.get("caveats") or []).lower()
         for note in result.meta["warnings"]:
-            print(f"note: {note}")
+            if note.lower() not in said:  # a caveat of the statement below says it already
+                print(f"note: {note}")
         print(verdict_text(verdict))
         rows = (result.meta.get("exposure") or {}).get("rows") or []
         if rows:
@@ -150,8 +168,10 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
     result = evaluate_bank(
         built.bank, 0, runnable, {k: v for k, v in cfg.attack_params.items() if k in runnable},
         cfg.metrics, cfg.seed, train_seconds=[0.0, *refs.train_seconds], skip_unsupported=True,
-        progress=progress, target_privacy=_claim(cfg),
+        progress=progress, target_privacy=_claim(cfg), membership="user",
+        split_check=_split_check(cfg, data),
     )
+    result.meta["checks"]["input_mismatch"] = built.mismatch
     result.rows = data.audit_rows  # scores.csv and the report name the user's data rows
     skipped.update(result.meta.get("skipped") or {})
     result.meta["skipped"] = {n: skipped[n] for n in names if n in skipped}
@@ -161,7 +181,7 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
         "reference_note": " ".join([_reference_note(target, refs), *refs.caveats]),
         "skipped": len(skipped),
         "confidence": cfg.metrics.confidence, "input_mismatch": built.mismatch,
-        "privacy": privacy_line(result),
+        "privacy": privacy_line(result), "split": split_line(result),
     })
     figures = {}
     if verdict.get("attack"):

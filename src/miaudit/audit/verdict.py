@@ -19,7 +19,15 @@ from miaudit.report.formatting import rate as _rate
 
 # the ranking and the level are the report's (the table's ★ and every report's verdict line);
 # this module words them as the release statement
-from miaudit.report.strength import MIN_EXPECTED_FP, assess, headline_fpr, strongest_at
+from miaudit.report.strength import (
+    INCONCLUSIVE,
+    MIN_EXPECTED_FP,
+    assess,
+    headline_fpr,
+    model_based,
+    strongest_at,
+)
+from miaudit.report.verdict import reasons_sentence
 from miaudit.results import AuditResult
 
 __all__ = ["MIN_EXPECTED_FP", "headline_fpr", "strongest_at", "make_verdict", "verdict_text"]
@@ -34,8 +42,10 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
 
     `context`: `outputs` (what an attacker sees, e.g. "probabilities"), `references` (count),
     `reference_note` (how references were made), `skipped` (count), `confidence` (of the CIs),
-    `input_mismatch` (why the model's inputs look unlike its training data, or None),
-    `privacy` (the empirical-ε line of :func:`miaudit.report.privacy.privacy_line`, or None).
+    `input_mismatch` (why the model's inputs look unlike its training data, or None; the
+    verdict reads it from ``result.meta["checks"]``, this only words the caveat),
+    `privacy` (the empirical-ε line of :func:`miaudit.report.privacy.privacy_line`, or None),
+    `split` (the split check's line of :func:`miaudit.report.split.split_line`, or None).
     """
     found = assess(result)
     if found["level"] == "none":
@@ -48,7 +58,14 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
     confidence = int(round(100 * context.get("confidence", 0.95)))
     ci_text = _ci(ci, confidence)
     level = found["level"]
-    if measurable:
+    if level == INCONCLUSIVE:
+        headline = (
+            "Inconclusive. " + reasons_sentence(found["reasons"])
+            + f" For the record, the strongest attack, {best.name}, flags {_pct(tpr)} of the "
+            f"training samples at {_rate(fpr)} FPR ({ci_text}) where guessing flags "
+            f"{_rate(fpr)}."
+        )
+    elif measurable:
         ratio = main["times_chance"]
         degree = {"slightly": "slightly but measurably"}.get(found["degree"], found["degree"])
         headline = (
@@ -74,7 +91,7 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
     if not ci:
         headline += (" Without a confidence interval (metrics.bootstrap: 0) this is a point "
                      "estimate only.")
-    if main["indicative"]:
+    if main["indicative"] and level != INCONCLUSIVE:  # inconclusive: its reasons say it
         headline += (f" With {main['n_nonmembers']:,} non-members this rests on "
                      f"{main['expected_false_positives']:g} expected false positives, fewer than "
                      f"{MIN_EXPECTED_FP}: treat it as indicative, and audit with more "
@@ -94,15 +111,28 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
         + (f" Its AUC is {fmt_auc(auc)} (0.5 is guessing)." if auc is not None else ""),
     ]
     outputs = context.get("outputs", "outputs")
-    if level == "average-case":
+    references = int(context.get("references", 0) or 0)
+    # advice follows what this audit did: reference models are the first step up only when
+    # it had none
+    stronger = ("audit again with reference models (--references) and the exact training "
+                "recipe" if not references else
+                "audit again with more reference models trained exactly like the target, more "
+                "public data or more queries")
+    if level == INCONCLUSIVE:
+        paragraphs.append(
+            "For a release: this audit supports no statement either way, neither a leak nor "
+            "its absence, until the problems above are fixed. Fix them and audit again; until "
+            "then treat the model as unaudited."
+        )
+    elif level == "average-case":
         paragraphs.append(
             "For a release: with these attacks nobody singles out individual records with few "
             f"false alarms, but the model's {outputs} treat training samples measurably "
             "differently from other data, and stronger attacks (reference models trained like "
             "the target, more public data, more queries) typically turn such a difference into "
             "confident identifications at low FPR. Treat it as a warning sign, not a clearance: "
-            "if the training data are sensitive, audit again with reference models, or reduce "
-            "the gap (regularisation, fewer epochs, DP-SGD) before release."
+            f"if the training data are sensitive, {stronger}, or reduce the gap "
+            "(regularisation, fewer epochs, DP-SGD) before release."
         )
     elif measurable:
         paragraphs.append(
@@ -117,18 +147,21 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
     else:
         resolution = 100 * MIN_EXPECTED_FP / max(main["n_nonmembers"], 1)
         paragraphs.append(
-            "For a release: this audit found no measurable membership leak with these attacks, "
-            "which is evidence, not proof, of privacy. It covers only the attacks that ran, with "
-            f"{context.get('references', 0) or 'no'} reference model(s) and the public data "
-            "given, and with "
+            "For a release: this audit found no measurable membership leak with these attacks. "
+            "That is evidence against a leak these attacks can see, not proof of privacy: it "
+            f"covers only the attacks that ran, with {references or 'no'} reference model(s) "
+            "and the public data given, and with "
             f"{main['n_nonmembers']:,} non-members it cannot resolve false-positive rates below "
-            f"about {resolution:.2g}%. Stronger attacks (more reference models, the exact "
-            "training recipe, more queries) can find leaks these did not."
+            f"about {resolution:.2g}%. Stronger attacks can find leaks these did not: to look "
+            f"harder, {stronger}."
         )
     if context.get("privacy"):  # the empirical ε beside the model's DP claim, if it has one
         paragraphs.append(context["privacy"])
+    if context.get("split"):  # whether the split itself is told apart without the model
+        paragraphs.append(context["split"])
     caveats = [
-        f"{best.name} is the strongest of {len(result.outcomes)} attacks on these same samples; "
+        f"{best.name} is the strongest of {len(model_based(result))} attacks on these same "
+        "samples; "
         "picking the maximum favours it slightly, and its interval does not include that choice.",
         context.get("reference_note") or "",
         "Attack figures are lower bounds on what an attacker can do, never proof that one "
@@ -140,14 +173,16 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
         caveats.insert(1, f"{context['skipped']} attack(s) could not run on this audit; the "
                           "table lists each with the reason.")
     mismatch = context.get("input_mismatch")
-    if mismatch:  # figures of a model fed other values than it was trained on clear nothing
+    said = any(r["code"] == "input-mismatch" for r in found["reasons"])  # in the headline
+    if mismatch and not said:  # figures of a model fed other values than it was trained on
         caveats.insert(0, mismatch[0].upper() + mismatch[1:])
-        if level != "exposed":
+        if level == "average-case":
             headline += (" But the model's inputs look mismatched with its training data (see "
-                         "the first caveat), so this is no evidence that nothing leaks.")
+                         "the first caveat), so the figures may understate the leak.")
     return {"level": level, "attack": best.name, "fpr": fpr, "figures": figures,
             "auc": auc, "headline": headline, "paragraphs": paragraphs,
-            "caveats": [c for c in caveats if c], "input_mismatch": mismatch}
+            "caveats": [c for c in caveats if c], "input_mismatch": mismatch,
+            "reasons": found["reasons"], "shift": found.get("shift")}
 
 
 def verdict_text(verdict: dict[str, Any]) -> str:
@@ -155,8 +190,9 @@ def verdict_text(verdict: dict[str, Any]) -> str:
     import textwrap
 
     blocks = [verdict["headline"], *verdict["paragraphs"]]
-    out = [textwrap.fill(b, 96) for b in blocks]
-    out += [textwrap.fill(c, 96, initial_indent="- ", subsequent_indent="  ")
-            for c in verdict["caveats"]]
+    # never break inside "non-members" or "held-out": the words are searched for as written
+    out = [textwrap.fill(b, 96, break_on_hyphens=False) for b in blocks]
+    out += [textwrap.fill(c, 96, initial_indent="- ", subsequent_indent="  ",
+                          break_on_hyphens=False) for c in verdict["caveats"]]
     return "\n\n".join(out[: len(blocks)]) + ("\n\n" + "\n".join(out[len(blocks):])
                                               if verdict["caveats"] else "") + "\n"

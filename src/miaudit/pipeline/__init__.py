@@ -8,7 +8,10 @@ Its stages import one way, each only the ones before it:
 - ``bank``: every model queried into a :class:`~miaudit.signals.SignalBank` (``build_bank``);
 - ``epsilon``: each attack's ε and μ-GDP lower bounds and the best of them (``EpsilonPlan``,
   ``privacy_audit``);
-- ``evaluate``: attacks scored on a bank and evaluated (``evaluate_bank``);
+- ``split_check``: can the audit's members be told from its non-members without the model
+  (``split_check``, a cross-fitted classifier on the rows alone)?
+- ``evaluate``: attacks scored on a bank and evaluated (``evaluate_bank``), with the checks
+  the verdict reads (the split check's record, the target's fit on its own training rows);
 - ``checkpoints``: a bank and a report per checkpoint kept along training;
 - ``runner``: the whole run (``run``) into a staging folder, committed on success.
 

@@ -91,7 +91,7 @@ def audit_checkpoints(
         result = evaluate_bank(
             bank, design.target, cfg.attacks, cfg.attack_params, cfg.metrics, cfg.seed,
             train_seconds=[m.train_seconds for m in models], progress=progress,
-            target_privacy=kept.privacy, canaries=cfg.canaries,
+            target_privacy=kept.privacy, canaries=cfg.canaries, membership="miaudit",
         )
         epoch = kept.step / steps_per_epoch(kept.recipe, kept.n_train)
         result.meta.update({

@@ -29,8 +29,13 @@ from miaudit.epsilon_results import (
     CANARY_EPSILON_LOWER_BOUND,
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
     EPSILON_LOWER_BOUND,
+    EPSILON_TYPES,
+    EVIDENCE_AGAINST,
     GAUSSIAN_DP_LOWER_BOUND,
+    NOT_EXCEEDED,
     ONE_RUN,
+    REFUTED,
+    WITHHELD,
     GuessCandidate,
     OneRunEpsilon,
     ThresholdEpsilon,
@@ -52,7 +57,13 @@ from miaudit.results import AttackOutcome
 from miaudit.signals import SignalBank
 
 # keys privacy_audit computes; the rest of meta["privacy_audit"] is the plan's settings
-SUMMARY_KEYS = ("bounds_compared", "best", "refutes_claim", "mu_bounds_compared", "best_mu")
+SUMMARY_KEYS = ("bounds_compared", "best", "exceeds_claim", "refutes_claim", "claim_finding",
+                "mu_bounds_compared", "best_mu")
+# who assigned the audit samples' membership (EpsilonPlan.membership): a threshold bound on
+# them is a proof only when miaudit drew it at random itself
+MEMBERSHIP_SOURCES = ("miaudit", "user", "unknown")
+MODEL_FREE_REASON = ("a model-free attack: it never reads the model, so it bounds nothing "
+                     "about it (a score above chance means the split itself differs)")
 
 
 def split_seed(seed: int, stream: int) -> int:
@@ -217,11 +228,18 @@ class EpsilonPlan:
     canary_seed: int = 0
     canary_halves: Halves | None = None
     canary_why_not: str = ""
+    membership: str = "unknown"  # who drew the audit samples' membership (MEMBERSHIP_SOURCES)
 
     @classmethod
     def of(cls, bank: SignalBank, target: int, metric_cfg: MetricsConfig, seed: int,
            target_privacy: Mapping[str, Any] | None = None,
-           canaries: CanariesConfig | None = None) -> EpsilonPlan:
+           canaries: CanariesConfig | None = None, membership: str = "unknown") -> EpsilonPlan:
+        """``membership``: "miaudit" when miaudit drew the audit samples' membership at
+        random (a run's design), "user" when the user gave it (`miaudit audit`), "unknown"
+        (a bare bank)."""
+        if membership not in MEMBERSHIP_SOURCES:
+            raise ValueError(f"membership must be one of {MEMBERSHIP_SOURCES}; got "
+                             f"{membership!r}")
         claim = claim_of(target_privacy)
         delta, source = ((claim["delta"], "the target's DP-SGD delta") if claim else
                          (metric_cfg.epsilon_delta, "metrics.epsilon_delta"))
@@ -230,7 +248,7 @@ class EpsilonPlan:
         halves, why_not = _halves(members, audit_seed, float(delta), metric_cfg.epsilon_alpha)
         plan = dict(alpha=metric_cfg.epsilon_alpha, delta=float(delta), delta_source=source,
                     claim=claim, seed=audit_seed, audit=bank.audit, members=members,
-                    halves=halves, why_not=why_not)
+                    halves=halves, why_not=why_not, membership=membership)
         if bank.canary is None or not bank.canary.any():
             return cls(**plan)
         canaries = canaries or CanariesConfig()
@@ -265,11 +283,28 @@ class EpsilonPlan:
                                               self.canary_delta, self.canary_alpha)
         return entries
 
+    def keys(self) -> list[str]:
+        """The metrics keys :meth:`bounds` fills, in its order."""
+        keys = [EPSILON_LOWER_BOUND] + ([GAUSSIAN_DP_LOWER_BOUND] if self.delta > 0 else [])
+        if self.canary is not None:
+            keys.append(CANARY_EPSILON_LOWER_BOUND)
+            keys += [CANARY_GAUSSIAN_DP_LOWER_BOUND] if self.canary_delta > 0 else []
+            keys.append(ONE_RUN)
+        return keys
+
+    def no_bounds(self, reason: str) -> dict[str, dict[str, Any]]:
+        """The entries of :meth:`bounds`, each without a bound and with ``reason`` (a
+        model-free attack, which bounds nothing about the model)."""
+        return {key: EPSILON_TYPES[key](None, reason=reason).to_dict() for key in self.keys()}
+
     def settings(self) -> dict[str, Any]:
-        """The plan for meta["privacy_audit"] (JSON-ready)."""
+        """The plan for meta["privacy_audit"] (JSON-ready). ``split_shifted`` is None until
+        the caller records the split check (:func:`privacy_audit` withholds a refutation
+        when it is True)."""
         out: dict[str, Any] = {
             "claimed": self.claim, "alpha": self.alpha, "delta": self.delta,
             "delta_source": self.delta_source, "split_seed": self.seed, "canaries": None,
+            "membership": self.membership, "split_shifted": None,
         }
         if self.canary is not None:
             out["canaries"] = {
@@ -354,10 +389,13 @@ def privacy_audit(outcomes: Sequence[AttackOutcome], settings: Mapping[str, Any]
     """``settings`` (an :meth:`EpsilonPlan.settings`, or a previous result of this function)
     with the best bound of all ``outcomes``: each of the K tests (a threshold bound is one;
     a one-run bound one per (k₊, k₋) candidate) recounted at α / K, the largest kept, so it
-    holds at 1 − α (union bound); and whether it refutes the target's claim (at a δ no
-    smaller than the claim's). Then the best μ-GDP bound (``best_mu``), the same rule over
-    the ``mu_bounds_compared`` μ bounds: a family of its own, so each best holds at 1 − α on
-    its own (both together at 1 − 2α); its ε is an estimate and refutes nothing."""
+    holds at 1 − α (union bound); and what it says of the target's claim (``claim_finding``
+    of :func:`claim_finding`; ``exceeds_claim``: above it at a δ no smaller than the
+    claim's; ``refutes_claim``: above it with a proof and no shifted split). Then the best
+    μ-GDP bound (``best_mu``), the same rule over the ``mu_bounds_compared`` μ bounds: a
+    family of its own, so each best holds at 1 − α on its own (both together at 1 − 2α); its
+    ε is an estimate and refutes nothing. Model-free attacks have no bounds
+    (:data:`MODEL_FREE_REASON`), so they never count here."""
     out = {k: v for k, v in settings.items() if k not in SUMMARY_KEYS}
     alpha = float(out["alpha"])
     k = sum(_tests(o) for o in outcomes)
@@ -368,10 +406,35 @@ def privacy_audit(outcomes: Sequence[AttackOutcome], settings: Mapping[str, Any]
                 best = bound
     if best is not None:
         best["family_alpha"] = alpha
-    claim = out.get("claimed")
-    refutes = None
-    if claim and best is not None:
-        refutes = bool(best["epsilon"] > claim["epsilon"] and best["delta"] >= claim["delta"])
+    finding = claim_finding(out, best)
+    exceeds = None if finding is None else finding != NOT_EXCEEDED
     k_mu, best_mu = _best_mu(outcomes, alpha)
-    return {**out, "bounds_compared": k, "best": best, "refutes_claim": refutes,
-            "mu_bounds_compared": k_mu, "best_mu": best_mu}
+    return {**out, "bounds_compared": k, "best": best, "exceeds_claim": exceeds,
+            "refutes_claim": None if finding is None else finding == REFUTED,
+            "claim_finding": finding, "mu_bounds_compared": k_mu, "best_mu": best_mu}
+
+
+def rests_on_proof(bound: str, membership: str | None) -> bool:
+    """Whether a bound of type ``bound`` (a metrics key) is covered by a proof: the canary
+    bounds always (miaudit drew each canary's inclusion with probability ½), the threshold
+    bounds on the audit samples only when miaudit drew their membership at random itself (a
+    run's design); on a split the user gave they assume it was drawn at random."""
+    return bound != EPSILON_LOWER_BOUND or membership == "miaudit"
+
+
+def claim_finding(settings: Mapping[str, Any], best: Mapping[str, Any] | None) -> str | None:
+    """What the best bound says of the target's DP claim (None without a claim or a bound):
+    :data:`NOT_EXCEEDED`; :data:`WITHHELD` when it exceeds the claim but the split check
+    tells members from non-members without the model (the bound may measure the split, not
+    the model); :data:`REFUTED` when it exceeds it and rests on a proof
+    (:func:`rests_on_proof`); else :data:`EVIDENCE_AGAINST` (valid if the members were
+    chosen at random)."""
+    claim = settings.get("claimed")
+    if not claim or best is None:
+        return None
+    if not (best["epsilon"] > claim["epsilon"] and best["delta"] >= claim["delta"]):
+        return NOT_EXCEEDED
+    if settings.get("split_shifted"):
+        return WITHHELD
+    return REFUTED if rests_on_proof(best["bound"], settings.get("membership")) else (
+        EVIDENCE_AGAINST)

@@ -14,7 +14,8 @@ from miaudit.attacks import TargetView, get_attack, run_attack
 from miaudit.attacks.base import AttackRun, ThresholdRows
 from miaudit.config import CanariesConfig, MetricsConfig
 from miaudit.errors import AttackError
-from miaudit.pipeline.epsilon import EpsilonPlan, privacy_audit
+from miaudit.pipeline.epsilon import MODEL_FREE_REASON, EpsilonPlan, privacy_audit
+from miaudit.pipeline.split_check import split_shifted
 from miaudit.progress import progress_bar
 from miaudit.results import AttackOutcome, AuditResult
 from miaudit.signals import SignalBank
@@ -41,6 +42,32 @@ def model_accuracies(bank: SignalBank) -> list[dict[str, Any]]:
             "test_acc": float(correct[m, ~members].mean()) if (~members).any() else None,
         })
     return rows
+
+
+def chance_floor(labels: np.ndarray) -> tuple[float, float]:
+    """(chance, floor) for a classifier's accuracy on rows with these ``labels``: chance is
+    the majority class's share (what always guessing it gets), and an accuracy below
+    ``floor = chance + a tenth of the rest`` is near chance: the model learnt (almost)
+    nothing, or is fed other inputs than it was trained on."""
+    chance = float(np.bincount(labels).max() / max(labels.size, 1))
+    return chance, chance + 0.1 * (1 - chance)
+
+
+def target_fit(bank: SignalBank, target: int) -> dict[str, Any] | None:
+    """The target's accuracy on its own training rows (query 0, canaries left out) against
+    :func:`chance_floor`: ``near_chance`` when it learnt (almost) nothing, so that no attack
+    finding nothing is no evidence. None for a sequence bank (LMs have no accuracy) or a
+    target with no members outside the canaries."""
+    if bank.has_sequences:
+        return None
+    rows = np.flatnonzero(bank.membership[target] & _not_canaries(bank))
+    if rows.size == 0:
+        return None
+    labels = bank.labels[rows]
+    accuracy = float((bank.predicted_classes(0)[target, rows] == labels).mean())
+    chance, floor = chance_floor(labels)
+    return {"train_accuracy": accuracy, "chance": chance, "floor": floor,
+            "near_chance": accuracy < floor, "n_members": int(rows.size)}
 
 
 def _not_canaries(bank: SignalBank) -> np.ndarray:
@@ -128,6 +155,8 @@ def evaluate_bank(
     *,
     target_privacy: dict[str, Any] | None = None,
     canaries: CanariesConfig | None = None,
+    membership: str = "unknown",
+    split_check: dict[str, Any] | None = None,
 ) -> AuditResult:
     """Score every attack for `target` and evaluate it on the bank's audit samples.
 
@@ -139,7 +168,16 @@ def evaluate_bank(
     on the audit samples at the δ of `target_privacy` (a DP-SGD target's privacy record, the
     claim audited; else ``metrics.epsilon_delta``), and on a bank with canaries the one-run
     and threshold bounds on them (`canaries`: guesses, α, δ; default CanariesConfig()).
-    `meta["privacy_audit"]` names the best bound, Bonferroni-corrected over all of them.
+    `meta["privacy_audit"]` names the best bound, Bonferroni-corrected over all of them, and
+    what it says of the claim: ``membership`` ("miaudit", "user" or "unknown") is who drew the
+    audit samples' membership (a threshold bound refutes a claim with a proof only when miaudit
+    drew it at random; :func:`miaudit.pipeline.epsilon.claim_finding`). A model-free attack
+    (``blind``) gets no bound: it says nothing about the model.
+
+    `meta["checks"]`: ``split`` (``split_check``, the record of
+    :func:`miaudit.pipeline.split_check.split_check` the caller ran on the audit rows, or
+    None) and ``target_fit`` (:func:`target_fit`), which the verdict reads; a split that
+    some model-free measurement tells apart withholds any refutation of the claim.
     """
     metric_cfg = metric_cfg or MetricsConfig()
     attack_params = attack_params or {}
@@ -153,7 +191,7 @@ def evaluate_bank(
             "samples; evaluation needs both members and non-members. Check the membership "
             "matrix and the audit mask."
         )
-    plan = EpsilonPlan.of(bank, target, metric_cfg, seed, target_privacy, canaries)
+    plan = EpsilonPlan.of(bank, target, metric_cfg, seed, target_privacy, canaries, membership)
     outcomes = []
     skipped: dict[str, str] = {}
     # No rate or time left: it would be redrawn only between attacks, so stale while a
@@ -180,7 +218,8 @@ def evaluate_bank(
             confidence=metric_cfg.confidence, seed=seed, threshold=threshold,
             recalls=metric_cfg.recalls,
         )
-        metric.update(plan.bounds(result.scores))
+        metric.update(plan.no_bounds(MODEL_FREE_REASON) if spec.model_free
+                      else plan.bounds(result.scores))
         uses_references = any(
             (spec.needs.out_references, spec.needs.in_references, spec.needs.shadows)
         )
@@ -197,8 +236,11 @@ def evaluate_bank(
         if train_seconds is not None:
             cost["train_seconds"] = round(float(sum(train_seconds[m] for m in used)), 2)
         outcomes.append(AttackOutcome(name=name, scores=scores, metrics=metric, cost=cost))
+    settings = plan.settings()
+    settings["split_shifted"] = split_shifted(split_check, outcomes, metric_cfg.confidence)
     return AuditResult(
         indices=np.nonzero(bank.audit)[0], members=members, outcomes=outcomes,
         meta={"target": target, "models": model_accuracies(bank), "skipped": skipped,
-              "privacy_audit": privacy_audit(outcomes, plan.settings())},
+              "privacy_audit": privacy_audit(outcomes, settings),
+              "checks": {"split": split_check, "target_fit": target_fit(bank, target)}},
     )

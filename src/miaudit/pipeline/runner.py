@@ -18,6 +18,7 @@ from miaudit.pipeline.checkpoints import audit_checkpoints, checkpoints_table
 from miaudit.pipeline.epsilon import privacy_audit
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.pipeline.models import resolve_recipes
+from miaudit.pipeline.split_check import split_check
 from miaudit.report import format_table, write_report
 from miaudit.report.plots import calibration_figure
 from miaudit.results import AttackOutcome, AuditResult
@@ -38,14 +39,32 @@ def _forgetting_outcomes(cfg: RunConfig, built: BuiltBank) -> list[AttackOutcome
     result = evaluate_bank(
         built.forgetting_bank, 0, names, cfg.attack_params, cfg.metrics, cfg.seed,
         train_seconds=seconds, skip_unsupported=True, target_privacy=target.privacy,
-        canaries=cfg.canaries,
+        canaries=cfg.canaries, membership="miaudit",
     )
     for outcome in result.outcomes:
         outcome.name = f"{outcome.name}.forgetting"
     return result.outcomes
 
 
-def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[AuditResult, Path]:
+def _split_check(cfg: RunConfig, built: BuiltBank) -> dict[str, Any] | None:
+    """The model-free split check on the target's audit samples: miaudit drew their membership
+    at random, so it should find nothing (a check of the design, and the baseline the verdict
+    compares attacks with). None when the config turns it off."""
+    if not cfg.metrics.split_check:
+        return None
+    bank = built.bank
+    rows = built.design.split.rows[bank.audit]  # dataset rows of the audit samples
+    members = bank.membership[built.design.target][bank.audit]
+    texts = None if built.texts is None else built.texts[rows]
+    source = built.original or built.dataset  # the values before canaries relabelled any
+    return split_check(members, features=None if texts is not None else source.features[rows],
+                       labels=source.labels[rows], texts=texts, metric_cfg=cfg.metrics,
+                       seed=cfg.seed)
+
+
+def run(
+    cfg: RunConfig, progress: bool = True, echo: bool = True, overwrite: bool = False
+) -> tuple[AuditResult, Path]:
     """The whole audit; writes config.yaml, bank.npz and the report into the run directory.
 
     The config is checked before any work; everything is written into a staging folder that
@@ -56,7 +75,8 @@ def run(cfg: RunConfig, progress: bool = True, echo: bool = True) -> tuple[Audit
     resolve_recipes(cfg)  # a bad recipe field fails before the dataset loads
     check_canaries(cfg)  # so do canaries that could never certify ε > 0
     out = run_dir_for(cfg)
-    with StagedRunDir(out) as stage:
+    with StagedRunDir(out, command="run", name=cfg.name, config=cfg.to_dict(),
+                      defaults=RunConfig().to_dict(), overwrite=overwrite) as stage:
         result, checkpoints = _run_into(cfg, stage, progress)
     if echo:
         print(format_table(result))
@@ -81,7 +101,8 @@ def _run_into(
     result = evaluate_bank(
         built.bank, built.design.target, cfg.attacks, cfg.attack_params, cfg.metrics, cfg.seed,
         train_seconds=[tm.train_seconds for tm in built.models], progress=progress,
-        target_privacy=target.privacy, canaries=cfg.canaries,
+        target_privacy=target.privacy, canaries=cfg.canaries, membership="miaudit",
+        split_check=_split_check(cfg, built),
     )
     result.outcomes += _forgetting_outcomes(cfg, built)
     # the best bound again, over the forgetting outcomes' bounds too (Bonferroni over all)

@@ -13,6 +13,7 @@ import numpy as np
 from miaudit.report.exposure import EXPOSURE_FIGURE, audit_sections, exposed_html
 from miaudit.report.formatting import fmt_auc, pct, rate
 from miaudit.report.privacy import privacy_line, privacy_section
+from miaudit.report.split import split_line
 from miaudit.report.strength import ranked
 from miaudit.report.table import Table, build_table
 from miaudit.report.verdict import short_verdict
@@ -40,7 +41,9 @@ CAPTIONS = {
     EXPOSURE_FIGURE: "The most exposed training samples, most exposed first, with their "
     "row, label and the FPR at which the strongest attack flags them.",
 }
-_LEVEL_CLASS = {"exposed": "bad", "average-case": "warn", "not measured": "ok", "none": "muted"}
+# inconclusive is neither green nor red: the audit could not support a verdict either way
+_LEVEL_CLASS = {"exposed": "bad", "average-case": "warn", "not measured": "ok",
+                "inconclusive": "unsure", "none": "muted"}
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto;
@@ -62,6 +65,7 @@ p.verdict.bad { background: #fdecea; border-color: #c62828; }
 p.verdict.warn { background: #fff4e0; border-color: #e08a00; }
 p.verdict.ok { background: #eaf5ea; border-color: #2e7d32; }
 p.verdict.muted { background: #f4f4f4; border-color: #999; }
+p.verdict.unsure { background: #eef1f6; border-color: #5c6b80; }
 tr.strongest td { font-weight: 600; background: #fff8d6; }
 tbody td:first-child { white-space: nowrap; }
 th small { font-weight: normal; color: #666; display: block; }
@@ -245,7 +249,8 @@ def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
     )
     table = build_table(result)
     verdict = short_verdict(result)
-    warnings = [str(w) for w in (meta.get("warnings") or [])] + table.notes
+    warnings = ([str(w) for w in (meta.get("warnings") or [])] + table.notes
+                + [f"{r['text'].rstrip('. ')}. To fix: {r['fix']}." for r in verdict["reasons"]])
     warn_html = (
         '<ul class="warnings">' + "".join(f"<li>{escape(w)}</li>" for w in warnings) + "</ul>"
         if warnings
@@ -259,6 +264,7 @@ def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
         _verdict_html(verdict),
         # the claimed ε beside the best empirical lower bound, right under the verdict
         f"<p><b>{escape(privacy)}</b></p>" if (privacy := privacy_line(result)) else "",
+        f"<p>{escape(split)}</p>" if (split := split_line(result)) else "",
         f"<h1>{escape(title)}</h1>",
         f'<p class="muted">{escape(subtitle)}</p>' if subtitle else "",
         f"<p>{n_total:,} audit samples ({n_members:,} members, {n_total - n_members:,} "

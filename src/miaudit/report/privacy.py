@@ -16,9 +16,13 @@ from miaudit.epsilon_results import (
     CANARY_EPSILON_LOWER_BOUND,
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
     EPSILON_LOWER_BOUND,
+    EVIDENCE_AGAINST,
     GAUSSIAN_DP_LOWER_BOUND,
     GAUSSIAN_DP_OF,
+    NOT_EXCEEDED,
     ONE_RUN,
+    REFUTED,
+    WITHHELD,
 )
 from miaudit.report.formatting import fmt_epsilon
 from miaudit.results import AuditResult
@@ -75,11 +79,32 @@ def privacy_line(result: AuditResult) -> str | None:
         return f"Privacy: {head}; no attack certifies ε > 0 ({over})." + mu
     line = (f"Privacy: {head}; best empirical lower bound {fmt_epsilon(best['epsilon'])} at "
             f"δ {best['delta']:g} ({best['attack']}, {BOUND_WORDS[best['bound']]}; {over}).")
-    if audit.get("refutes_claim"):
-        line += " It exceeds the claimed ε: the privacy claim does not hold."
-    elif claim:
-        line += " It does not exceed the claim (a lower bound cannot confirm a claim)."
+    if claim:
+        line += " " + CLAIM_WORDS[_finding(audit)]
     return line + mu
+
+
+# what the best bound says of the claim (pipeline.epsilon.claim_finding), in words
+CLAIM_WORDS = {
+    REFUTED: "It exceeds the claimed ε: the privacy claim does not hold.",
+    EVIDENCE_AGAINST: (
+        "It exceeds the claimed ε: evidence against the claim, assuming the members were "
+        "chosen at random from the same data as the non-members (a split the user gives is "
+        "covered by no proof; canaries or a run whose split miaudit draws are)."),
+    WITHHELD: (
+        "It exceeds the claimed ε, but the members can be told from the non-members without "
+        "the model (the split check), so the bound may measure the split rather than the "
+        "model: no refutation on that basis."),
+    NOT_EXCEEDED: "It does not exceed the claim (a lower bound cannot confirm a claim).",
+}
+
+
+def _finding(audit: dict[str, Any]) -> str:
+    """The audit's claim finding; results written before it was recorded: refuted or not."""
+    finding = audit.get("claim_finding")
+    if finding in CLAIM_WORDS:
+        return finding
+    return REFUTED if audit.get("refutes_claim") else NOT_EXCEEDED
 
 
 def mu_sentence(audit: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from miaudit.report.formatting import ci_words, fmt_auc, pct, rate
-from miaudit.report.strength import MIN_EXPECTED_FP, assess
+from miaudit.report.strength import INCONCLUSIVE, MIN_EXPECTED_FP, assess, confidence_of
 from miaudit.results import AuditResult
 
 _LABELS = {
@@ -19,16 +19,18 @@ _LABELS = {
     "slightly": "Exposed, slightly but measurably above chance",
     "average-case": "Warning sign, an average-case leak only",
     "not measured": "No measurable leak",
+    INCONCLUSIVE: "Inconclusive",
     "none": "Nothing measured",
 }
 
+__all__ = ["confidence_of", "short_verdict", "verdict_line", "reasons_sentence"]
 
-def confidence_of(result: AuditResult) -> float | None:
-    """The CIs' confidence level as the run configured it (None when the run does not say)."""
-    cfg = (result.meta or {}).get("config")
-    metrics = cfg.get("metrics") if isinstance(cfg, dict) else None
-    value = metrics.get("confidence") if isinstance(metrics, dict) else None
-    return float(value) if isinstance(value, (int, float)) else None
+
+def reasons_sentence(reasons: list[dict[str, str]]) -> str:
+    """'This audit cannot support a verdict: <why>; <why>. To fix: <fix>; <fix>.'"""
+    why = "; ".join(r["text"].rstrip(". ") for r in reasons)
+    fixes = "; ".join(r["fix"] for r in reasons if r["fix"])
+    return f"This audit cannot support a verdict: {why}. To fix: {fixes}."
 
 
 def _ci(ci: list[float] | None, confidence: float | None, fmt=pct) -> str:
@@ -41,7 +43,7 @@ def short_verdict(result: AuditResult) -> dict[str, Any]:
     level = found["level"]
     if level == "none":
         line = f"Verdict: {_LABELS[level]}. No attack reported a TPR at a low FPR."
-        return {"level": level, "label": _LABELS[level], "line": line}
+        return {"level": level, "label": _LABELS[level], "line": line, "reasons": []}
     main, best = found["main"], found["attack"]
     conf = confidence_of(result)
     fpr, tpr = main["fpr"], main["tpr"]
@@ -56,28 +58,28 @@ def short_verdict(result: AuditResult) -> dict[str, Any]:
     else:
         detail = (f"The strongest attack at {rate(fpr)} FPR, {best}, picks out {pct(tpr)} of "
                   f"members ({_ci(main['tpr_ci'], conf)}) where guessing gets {rate(fpr)}.")
-    if main["indicative"]:  # say so up front: the figure rests on a handful of samples
+    if any(r["code"] == "few-nonmembers" for r in found["reasons"]):
+        pass  # the reasons say it, with the fix
+    elif main["indicative"]:  # say so up front: the figure rests on a handful of samples
         detail += (f" Indicative only: this {support}, fewer than {MIN_EXPECTED_FP}; audit with "
                    "more non-members to confirm.")
     else:
         detail += f" This {support}."
-    if level == "average-case":
+    if found["measured"] == "average-case":
         top = result.outcome(found["auc_attack"])
         auc_ci = top.summary.auc_ci
         detail += (f" But {top.name} ranks members above non-members on average: AUC "
                    f"{fmt_auc(top.summary.auc)} ({_ci(auc_ci, conf, fmt_auc)}; "
                    "0.5 is guessing).")
+    if level == INCONCLUSIVE:  # why first: the figures after it are not a verdict
+        detail = reasons_sentence(found["reasons"]) + " " + detail
     line = f"Verdict: {label}. {detail}"
-    statement = (result.meta or {}).get("verdict")
-    mismatch = statement.get("input_mismatch") if isinstance(statement, dict) else None
-    if mismatch and level != "exposed":  # `miaudit audit` found the inputs mismatched
-        line += (" But the model's inputs look mismatched with its training data, so this is "
-                 "no evidence that nothing leaks.")
     return {"level": level, "label": label, "line": line, "attack": best, "fpr": fpr,
             "tpr": tpr, "tpr_ci": main["tpr_ci"], "times_chance": main["times_chance"],
             "expected_false_positives": main["expected_false_positives"],
             "n_nonmembers": n0, "indicative": main["indicative"],
-            "auc_attack": found.get("auc_attack")}
+            "auc_attack": found.get("auc_attack"), "reasons": found["reasons"],
+            "shift": found.get("shift")}
 
 
 def verdict_line(result: AuditResult) -> str:
