@@ -8,15 +8,18 @@ the attacker mimics the target's training). The references never see a canary, s
 kinds of one (ε, repetition) share them through the model cache; the split and the canaries'
 inclusion depend on the seed only, so every ε audits the same rows. Each cell scores every
 attack once and records, per attack, the three bounds the pipeline computes (the threshold
-bound on the audit samples, the threshold bound on the canaries, the one-run bound with m, k₊,
-k₋, r, v, α, δ), and per cell the claimed ε (the accountant's), the Bonferroni best of all
-bounds (``privacy_audit``), the target's accuracy and the wall times. Nothing is recomputed:
-the rows copy the pipeline's records. Tables, figure and Privacy Meter's published one-run
-numbers beside ours: :mod:`miaudit.studies.dp_audit.report`.
+bound on the audit samples and on the canaries, each with its counts, α and δ; the one-run
+bound with m, k₊, k₋, r, v, α, δ and every (k₊, k₋) candidate's correct guesses), and per cell
+the claimed ε (the accountant's), the Bonferroni best of all bounds (``privacy_audit``), the
+target's accuracy and the wall times. The rows copy the pipeline's records; the report's
+best of each kind over attacks is recounted from these counts at α / K (Bonferroni, as
+``privacy_audit`` does), never a plain max. Tables, figure and Privacy Meter's published
+one-run numbers beside ours: :mod:`miaudit.studies.dp_audit.report`.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -92,7 +95,8 @@ def run_config(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _threshold_columns(prefix: str, record: Any) -> dict[str, Any]:
-    """A threshold bound's ε and the counts it rests on (the half that did not choose τ)."""
+    """A threshold bound's ε, the counts it rests on (the half that did not choose τ) and its
+    α and δ: all a recount at a stricter α needs (the report's Bonferroni best)."""
     b = None if record is None else record.bound
     return {
         prefix: None if record is None else record.epsilon,
@@ -100,6 +104,8 @@ def _threshold_columns(prefix: str, record: Any) -> dict[str, Any]:
         f"{prefix}_n0": None if b is None else b.n_nonmembers,
         f"{prefix}_fn": None if b is None else b.fn,
         f"{prefix}_n1": None if b is None else b.n_members,
+        f"{prefix}_alpha": None if b is None else b.alpha,
+        f"{prefix}_delta": None if b is None else b.delta,
         f"{prefix}_reason": None if record is None else record.reason,
     }
 
@@ -117,6 +123,10 @@ def _one_run_columns(record: Any) -> dict[str, Any]:
         "one_run_family_alpha": None if b is None else record.family_alpha,
         "one_run_delta": get("delta"), "one_run_method": get("method"),
         "one_run_candidates": None if b is None else len(record.candidates),
+        # every candidate's [k₊, k₋, v] (v null: it cannot certify ε > 0), so that the report
+        # recounts each at α / K as privacy_audit does, not only the reported one
+        "one_run_guesses": None if b is None else json.dumps(
+            [[c.k_plus, c.k_minus, c.correct] for c in record.candidates]),
         "canaries_included": None if b is None else record.included,
         "one_run_reason": None if record is None else record.reason,
     }
@@ -154,7 +164,7 @@ def work(cell: Cell) -> list[dict[str, Any]]:
     result = evaluate_bank(built.bank, 0, cfg.attacks, cfg.attack_params, cfg.metrics,
                            seed=cfg.seed, train_seconds=[tm.train_seconds for tm in built.models],
                            thresholds=False, progress=False, target_privacy=target.privacy,
-                           canaries=cfg.canaries)  # fmt: skip
+                           canaries=cfg.canaries, membership="miaudit")  # fmt: skip
     audit = result.meta["privacy_audit"]
     per_cell = {
         **_cell_columns(audit, result.meta["models"]),  # canaries left out of accuracy
