@@ -177,7 +177,20 @@ def split_check(members: np.ndarray, *, features: np.ndarray | None = None,
                            f"(has {n1:,} and {n0:,})"}
     if texts is None and features is None:
         return {"skipped": "the audit rows' features are not available (a bare bank)"}
+    from threadpoolctl import threadpool_limits
+
     start = time.perf_counter()
+    # one thread: the trees' OpenMP threads wait at a barrier per split, and when another
+    # process holds a core that made this check 100-300x slower (adult's 8,000 rows: 98-288 s
+    # against 0.9-1.0 s on one thread, on the shared 2-core machine at load 2-4)
+    with threadpool_limits(1):
+        return _split_check(members, features, labels, texts, metric_cfg, seed, max_rows,
+                            start)
+
+
+def _split_check(members: np.ndarray, features: np.ndarray | None, labels: np.ndarray | None,
+                 texts: Sequence[str] | None, metric_cfg: MetricsConfig, seed: int,
+                 max_rows: int, start: float) -> dict[str, Any]:
     rows = _subsample(members, seed, max_rows)
     m = members[rows]
     y = None if labels is None else np.asarray(labels)[rows].astype(np.int64)
