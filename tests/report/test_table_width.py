@@ -12,7 +12,8 @@ import pytest
 from miaudit.config import CanariesConfig, MetricsConfig
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.report import format_table, write_report
-from miaudit.report.table import MIN_WIDTH, build_table, terminal_width
+from miaudit.report.table import build_table
+from miaudit.report.terminal import MIN_WIDTH, terminal_width
 from miaudit.report.verdict import verdict_line
 from miaudit.results import AuditResult
 from miaudit.signals import SignalBank
