@@ -124,3 +124,12 @@ def docstring_texts() -> tuple[list[str], np.ndarray]:
                 texts.append(" ".join(doc.split("\n\n")[0].split()))
                 labels.append(label)
     return texts, np.asarray(labels, dtype=np.int64)
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (restored after it)."""
+    previous = os.umask(0o022)
+    os.umask(previous)
+    yield os.umask
+    os.umask(previous)

@@ -134,15 +134,6 @@ def test_a_symlinked_run_directory_is_staged_beside_its_target(tmp_path):
 # --- file modes ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def umask():
-    """Set the process umask for one test (restored after it)."""
-    previous = os.umask(0o022)
-    os.umask(previous)
-    yield os.umask
-    os.umask(previous)
-
-
 @pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
 def test_atomic_files_follow_the_umask_whoever_writes_them(tmp_path, umask, mask, mode):
     """The mode of a new file (0o666 less the umask), even when the writer replaces the

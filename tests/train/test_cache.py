@@ -1,6 +1,5 @@
 import json
 import logging
-import os
 import stat
 
 import numpy as np
@@ -156,15 +155,6 @@ def test_interrupted_metadata_write_is_not_cached(tmp_path, digits, monkeypatch,
     store = ModelCache(tmp_path)
     model = get(store, digits)  # the orphan weights are overwritten, not trusted
     assert not model.from_cache and store.stats.misses == 1 and store.contains(key)
-
-
-@pytest.fixture
-def umask():
-    """Set the process umask for one test (restored after it)."""
-    previous = os.umask(0o022)
-    os.umask(previous)
-    yield os.umask
-    os.umask(previous)
 
 
 def _fit_sklearn(root, digits):
