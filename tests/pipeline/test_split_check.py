@@ -136,3 +136,27 @@ def test_a_model_free_attack_counts_as_evidence_and_an_attack_on_the_model_does_
     assert [e["source"] for e in found] == ["the model-free attack blind"]
     assert found[0]["shifted"] and split_shifted(None, [loss, blind], 0.95) is True
     assert split_shifted(None, [loss], 0.95) is None  # nothing model-free: not checked
+
+
+def test_the_check_fits_on_one_thread_even_in_a_fresh_process():
+    """threadpool_limits reaches only the pools already loaded: scikit-learn's own OpenMP
+    library, loaded inside the limit, kept every core (a check 100x slower under load)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, threadpoolctl\n"
+        "from miaudit.pipeline import split_check as sc\n"
+        "seen = []\n"
+        "fit = sc._cross_fitted\n"
+        "def spy(*a, **k):\n"
+        "    seen.extend(i['num_threads'] for i in threadpoolctl.threadpool_info())\n"
+        "    return fit(*a, **k)\n"
+        "sc._cross_fitted = spy\n"
+        "rng = np.random.default_rng(0)\n"
+        "sc.split_check(rng.random(200) < 0.5, features=rng.normal(size=(200, 3)))\n"
+        "print(max(seen))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "1"

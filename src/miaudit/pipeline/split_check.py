@@ -179,6 +179,7 @@ def split_check(members: np.ndarray, *, features: np.ndarray | None = None,
         return {"skipped": "the audit rows' features are not available (a bare bank)"}
     from threadpoolctl import threadpool_limits
 
+    _load_libraries()  # threadpool_limits reaches only the thread pools already loaded
     start = time.perf_counter()
     # one thread: the trees' OpenMP threads wait at a barrier per split, and when another
     # process holds a core that made this check 100-300x slower (adult's 8,000 rows: 98-288 s
@@ -186,6 +187,18 @@ def split_check(members: np.ndarray, *, features: np.ndarray | None = None,
     with threadpool_limits(1):
         return _split_check(members, features, labels, texts, metric_cfg, seed, max_rows,
                             start)
+
+
+def _load_libraries() -> None:
+    """Import what the check fits with, so that its OpenMP and BLAS pools (scikit-learn's own
+    libgomp, scipy's OpenBLAS) exist when the limit is set: one loaded inside the limit keeps
+    every core (seen: a torch audit's first check took 373 s under load)."""
+    import scipy.stats  # noqa: F401
+    import sklearn.decomposition  # noqa: F401
+    import sklearn.ensemble  # noqa: F401
+    import sklearn.feature_extraction.text  # noqa: F401
+    import sklearn.linear_model  # noqa: F401
+    import sklearn.model_selection  # noqa: F401
 
 
 def _split_check(members: np.ndarray, features: np.ndarray | None, labels: np.ndarray | None,
