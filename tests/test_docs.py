@@ -89,3 +89,33 @@ def test_readme_links_docs_algorithms():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     attacks = readme.split("## Attacks", 1)[1].split("\n## ", 1)[0]
     assert "(docs/algorithms.md)" in attacks
+
+
+def readme_attack_table() -> list[dict[str, str]]:
+    """The rows of the README's table of attacks (the first table under '## Attacks' with an
+    'attack' column), as {header: cell}; a `\\|` inside a cell is part of the cell."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Attacks\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line.strip() for line in section.splitlines()]
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith("|") and "| attack |" in line)
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip("|"))])
+    header, rule, *rows = table
+    assert set("".join(rule)) <= {"-", ":"}, "the second line of a markdown table is its rule"
+    assert all(len(row) == len(header) for row in rows), "a row with a stray '|'"
+    return [dict(zip(header, row, strict=True)) for row in rows]
+
+
+def test_readme_attack_table_lists_every_registered_attack_once():
+    rows = readme_attack_table()
+    listed = [re.match(r"`([^`]+)`", row["attack"]).group(1) for row in rows]
+    registered = sorted(spec.name for spec in list_attacks())
+    assert sorted(listed) == registered, (
+        f"missing from the README's attack table: {sorted(set(registered) - set(listed))}; "
+        f"listed but not registered: {sorted(set(listed) - set(registered))}"
+    )
+    assert all(row["score"] and row["needs"] for row in rows), "each row says what it scores"
