@@ -40,7 +40,7 @@ def test_exposed_verdict_quotes_the_metrics():
                    "2,000 non-members", "20 false positives", f"{met['auc']:.3f}",
                    f"{main['tpr'] / 0.01:.1f} times the rate of guessing"):
         assert quoted in " ".join(text.split()), quoted
-    assert "2 attack(s) could not run" in text and "refs note" in text
+    assert "2 attacks could not run" in text and "refs note" in text
     assert "indicative only" in text  # the 0.1% figure
 
 

@@ -127,9 +127,12 @@ def run_audit(
         verdict = result.meta["verdict"]
         print(format_table(result))
         said = " ".join(verdict.get("caveats") or []).lower()
-        for note in result.meta["warnings"]:
-            if note.lower() not in said:  # a caveat of the statement below says it already
-                print(f"note: {note}")
+        notes = [n for n in result.meta["warnings"]
+                 if n.lower() not in said]  # else a caveat of the statement below says it
+        for note in notes:
+            print(f"note: {note}")
+        if notes:
+            print()
         print(verdict_text(verdict))
         rows = (result.meta.get("exposure") or {}).get("rows") or []
         if rows:

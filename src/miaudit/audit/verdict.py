@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from miaudit.report.formatting import ci_words, fmt_auc
+from miaudit.report.formatting import ci_words, fmt_auc, plural
 from miaudit.report.formatting import pct as _pct
 from miaudit.report.formatting import rate as _rate
 
@@ -100,7 +100,9 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
     for f in figures:
         text = (f"at {_rate(f['fpr'])} FPR {best.name} finds {_pct(f['tpr'])} of members "
                 f"({_ci(f['tpr_ci'], confidence)}); "
-                f"{f['expected_false_positives']:g} false positives are expected there")
+                f"{f['expected_false_positives']:g} false "
+                f"{'positive is' if f['expected_false_positives'] == 1 else 'positives are'} "
+                "expected there")
         if f["indicative"]:
             text += f" (fewer than {MIN_EXPECTED_FP}: indicative only)"
         support.append(text)
@@ -160,8 +162,8 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
     if context.get("split"):  # whether the split itself is told apart without the model
         paragraphs.append(context["split"])
     caveats = [
-        f"{best.name} is the strongest of {len(model_based(result))} attacks on these same "
-        "samples; "
+        f"{best.name} is the strongest of the {plural(len(model_based(result)), 'attack')} on "
+        "the model, on these same samples; "
         "picking the maximum favours it slightly, and its interval does not include that choice.",
         context.get("reference_note") or "",
         "Attack figures are lower bounds on what an attacker can do, never proof that one "
@@ -170,8 +172,8 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
         "figures inform that decision, they do not make it.",
     ]
     if context.get("skipped"):
-        caveats.insert(1, f"{context['skipped']} attack(s) could not run on this audit; the "
-                          "table lists each with the reason.")
+        caveats.insert(1, f"{plural(context['skipped'], 'attack')} could not run on this "
+                          "audit; each is listed with the reason below the table.")
     mismatch = context.get("input_mismatch")
     said = any(r["code"] == "input-mismatch" for r in found["reasons"])  # in the headline
     if mismatch and not said:  # figures of a model fed other values than it was trained on

@@ -63,7 +63,7 @@ SUMMARY_KEYS = ("bounds_compared", "best", "exceeds_claim", "refutes_claim", "cl
 # them is a proof only when miaudit drew it at random itself
 MEMBERSHIP_SOURCES = ("miaudit", "user", "unknown")
 MODEL_FREE_REASON = ("a model-free attack: it never reads the model, so it bounds nothing "
-                     "about it (a score above chance means the split itself differs)")
+                     "about it; a score above chance means the split itself differs")
 
 
 def split_seed(seed: int, stream: int) -> int:

@@ -16,6 +16,8 @@ from miaudit.results import AuditResult
 def _p(p: float | None) -> str:
     if p is None:
         return "no test"
+    if p > 0.99:  # a one-sided test of an AUC at or below 0.5
+        return "p > 0.99"
     return "p < 0.0001" if p < 1e-4 else f"p = {p:.2g}"
 
 
