@@ -34,15 +34,23 @@ def _umask() -> int:
     return current
 
 
+# The temporary files of atomic_path: `.<name>.<pid>-<random>.tmp` (before the pid was in the
+# name: `.<name>.<random>.tmp`, then `pid` does not match).
+TEMP_FILE = re.compile(r"^\.(?P<name>.+?)\.(?:(?P<pid>\d+)-)?[^.]+\.tmp$")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path in the target's folder; rename it onto `path` on success.
 
+    The temporary file is ``.<name>.<pid>-<random>.tmp`` (:data:`TEMP_FILE`): the writer's
+    process id tells a cleaner (``miaudit cache prune``) whether its writer still runs.
     The file gets the permissions of a newly created file (0o666 less the umask), whoever
     wrote it: the block may replace the temporary file with one of its own mode."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp",
+                               dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -81,7 +89,8 @@ _STAGING = ".staging-"  # marker in staging folder names: `.<run>.staging-<pid>-
 _REPLACED = ".miaudit-replaced"  # inside the staging folder: old entries, deleted with it
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` may still run (True when that cannot be told)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -103,7 +112,7 @@ def clean_stale_staging(out: str | os.PathLike) -> list[Path]:
         if not entry.name.startswith(prefix) or not entry.is_dir():
             continue
         pid = entry.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from miaudit import code_version, version
 from miaudit.audit.config import AuditConfig
 from miaudit.audit.data import AuditData
 from miaudit.audit.sources import OutputModule, Target, sklearn_predict
@@ -37,9 +38,9 @@ from miaudit.errors import CacheError, ConfigError
 from miaudit.io import atomic_path, write_json
 from miaudit.models.user import source_digest
 from miaudit.train import ModelCache, Recipe, indices_digest
-from miaudit.version import __version__
 
 log = logging.getLogger(__name__)
+code_version.pin_sources(code_version.SKLEARN_FIT_CODE)  # this module's code, as imported
 
 RECIPE_HINT = ("{optimizer: adam, lr: 0.001, epochs: 10, batch_size: 64} (the recipe your model "
                "was trained with)")
@@ -105,9 +106,16 @@ def _describe(obj: Any) -> Any:
     return repr(obj)
 
 
+SKLEARN_CACHE_FORMAT = 1  # the file layout of SklearnCache entries
+
+
 class SklearnCache:
     """Fitted estimators by content key: ``<root>/<key>.joblib`` + ``<key>.json`` (the
-    file's sha256 and fit time), json written last, so an entry counts only when complete."""
+    file's sha256 and fit time), json written last, so an entry counts only when complete.
+
+    The key covers the estimator (class and parameters), the rows, the seed and the code that
+    fits (:meth:`version`: scikit-learn's version, the digest of miaudit's fitting code and
+    miaudit's version), all recorded in the json for ``miaudit cache info``."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -115,12 +123,17 @@ class SklearnCache:
         self.misses = 0
         self.corrupt = 0  # entries found broken (also counted in misses)
 
-    def key(self, estimator: Any, fingerprint: str, rows: np.ndarray, seed: int) -> str:
+    @staticmethod
+    def version() -> dict[str, Any]:
+        """The code an entry was fitted by: what its key covers and its json records."""
         import sklearn
 
-        payload = {"format": 1, "dataset": fingerprint, "indices": indices_digest(rows),
-                   "estimator": _describe(estimator), "seed": int(seed),
-                   "sklearn": sklearn.__version__}
+        return {"format": SKLEARN_CACHE_FORMAT, "fit_digest": code_version.sklearn_fit_digest(),
+                "miaudit_version": version.__version__, "sklearn_version": sklearn.__version__}
+
+    def key(self, estimator: Any, fingerprint: str, rows: np.ndarray, seed: int) -> str:
+        payload = {**self.version(), "dataset": fingerprint, "indices": indices_digest(rows),
+                   "estimator": _describe(estimator), "seed": int(seed)}
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -178,9 +191,9 @@ class SklearnCache:
             joblib.dump(model, tmp)
             digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
         write_json(self.root / f"{key}.json", {
-            "key": key, "estimator": type(model).__name__, "seed": int(seed),
+            **self.version(), "key": key, "estimator": type(model).__name__, "seed": int(seed),
             "indices_sha256": indices_digest(rows), "dataset_fingerprint": fingerprint,
-            "fit_seconds": seconds, "weights_sha256": digest, "miaudit_version": __version__,
+            "fit_seconds": seconds, "weights_sha256": digest,
         })
         return model, seconds
 

@@ -4,6 +4,13 @@ Layout: ``ROOT/<key>.safetensors`` (the state dict) and ``ROOT/<key>.json`` (met
 sha256 of the weights file). Both are written atomically, the json last, so an entry counts only
 when its json exists and the weights hash matches; anything else is a miss or a corrupt entry,
 which is retrained and overwritten.
+
+Every key covers the code that trains (:func:`cache_version`): the file layout
+(``CACHE_FORMAT``, bumped by hand when it changes), a digest of the training code
+(:func:`miaudit.code_version.trainer_digest`, which moves by itself when that code does) and
+miaudit's version. Each entry's json records the three, so ``miaudit cache info`` tells entries
+of this code from stale ones (which no key of this code can reach) and ``miaudit cache prune``
+removes the stale ones (:mod:`miaudit.cache_admin`).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file
 
+from miaudit import code_version, version
 from miaudit.errors import CacheError
 from miaudit.io import atomic_path, write_json
 from miaudit.models import build_model
@@ -36,11 +44,23 @@ from miaudit.train.checkpoints import (
 from miaudit.train.ledger import training_ledger
 from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import ArrayLike, TrainedModel
-from miaudit.version import __version__
 
 log = logging.getLogger(__name__)
+# The training code's sources, read as it is imported (see miaudit.code_version).
+code_version.pin_sources(code_version.TRAINER_CODE)
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 1  # the file layout; the training code is versioned by cache_version()
+
+
+def cache_version() -> dict[str, Any]:
+    """What every key covers, and every entry's json records, of the code that trained the
+    model: the cache's file layout, the training code's digest (computed once per process)
+    and miaudit's version. An entry recording other values was trained by other code."""
+    return {
+        "format": CACHE_FORMAT,
+        "trainer_digest": code_version.trainer_digest(),
+        "miaudit_version": version.__version__,
+    }
 
 
 def indices_digest(indices: ArrayLike) -> str:
@@ -58,9 +78,10 @@ def key_for(
     num_classes: int | None = None,
 ) -> str:
     """Cache key: sha256 over dataset fingerprint, index digest, recipe key, seed (and an
-    explicit ``num_classes`` when one is given; ``None`` means inferred from the labels)."""
+    explicit ``num_classes`` when one is given; ``None`` means inferred from the labels), and
+    the training code's version (:func:`cache_version`)."""
     payload = {
-        "format": CACHE_FORMAT,
+        **cache_version(),
         "dataset": str(dataset_fingerprint),
         "indices": indices_digest(indices),
         "recipe": recipe.key(),
@@ -376,7 +397,8 @@ class ModelCache:
             save_file(state, str(tmp))
             digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
         meta = {
-            "format": CACHE_FORMAT,
+            **cache_version(),  # format, trainer_digest, miaudit_version
+            "torch_version": torch.__version__,  # for the record: not part of the key
             "key": key,
             "dataset_fingerprint": str(dataset_fingerprint),
             "indices_sha256": indices_digest(indices),
@@ -393,7 +415,6 @@ class ModelCache:
             "weights_sha256": digest,
             "checkpoint_step": model.step,  # None: the run's final model
             "checkpoint_of": run_key,
-            "miaudit_version": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         write_json(self.meta_path(key), meta)
