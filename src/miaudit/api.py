@@ -82,10 +82,14 @@ def attack(
     (``{"fprs": [0.001, 0.01], "bootstrap": 200, ...}``).
     """
     from miaudit.attacks import list_attacks
+    from miaudit.attacks.base import check_attack_params
     from miaudit.errors import ConfigError
     from miaudit.pipeline import evaluate_bank
     from miaudit.signals import SignalBank
 
+    if params is not None and not isinstance(params, Mapping):
+        raise ConfigError("params must be a mapping {attack: {param: value}}.")
+    checked = check_attack_params(params, "params")  # before the bank loads
     source = None
     if not isinstance(bank, SignalBank):
         source = os.fspath(bank)
@@ -94,11 +98,9 @@ def attack(
     if names is None:  # every attack the bank can support (the command line's rule)
         names = [s.name for s in list_attacks() if s.needs.channel is None
                  or s.needs.channel in bank.channels]
-    if params is not None and not isinstance(params, Mapping):
-        raise ConfigError("params must be a mapping {attack: {param: value}}.")
     with _bars(progress):
         result = evaluate_bank(
-            bank, target, names, {k: dict(v) for k, v in (params or {}).items()},
+            bank, target, names, checked,
             _metrics_config(metrics), seed=seed, skip_unsupported=attacks is None,
             progress=progress,
         )

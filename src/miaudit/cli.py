@@ -48,14 +48,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_attack(args: argparse.Namespace) -> int:
     # only what scoring needs, and the report's modules (matplotlib) once the bank is gone
     from miaudit.attacks import list_attacks
+    from miaudit.attacks.base import check_attack_params
     from miaudit.config import MetricsConfig
     from miaudit.io import StagedRunDir
     from miaudit.pipeline.evaluate import evaluate_bank
     from miaudit.signals import SignalBank
 
-    params = yaml.safe_load(args.params) if args.params else {}
+    try:
+        params = yaml.safe_load(args.params) if args.params else {}
+    except yaml.YAMLError as exc:
+        raise MiauditError(f"--params is not valid YAML: {exc}") from exc
     if not isinstance(params, dict):
         raise MiauditError("--params must be a YAML/JSON mapping {attack: {param: value}}.")
+    given = [a.strip() for a in args.attacks.split(",") if a.strip()] if args.attacks else None
+    for name in params if given is not None else ():
+        if name not in given:
+            raise MiauditError(f"--params names '{name}', which is not in --attacks.")
+    params = check_attack_params(params, "--params")  # before the bank loads
     metrics = MetricsConfig()
     # recorded as a run records its config: the report reads the level of its CIs from it
     config = {"bank": str(Path(args.bank).resolve()), "target": args.target,
@@ -69,8 +78,8 @@ def cmd_attack(args: argparse.Namespace) -> int:
                           overwrite=args.overwrite)
     staged.check()
     bank = SignalBank.load(args.bank)  # logits mapped from the file, not copied
-    if args.attacks:
-        names = [a.strip() for a in args.attacks.split(",") if a.strip()]
+    if given is not None:
+        names = given
     else:  # every attack the bank can support
         names = [s.name for s in list_attacks() if s.needs.channel is None
                  or s.needs.channel in bank.channels]
@@ -92,17 +101,49 @@ def cmd_attack(args: argparse.Namespace) -> int:
 
 
 def cmd_attacks(args: argparse.Namespace) -> int:
-    from miaudit.attacks import list_attacks
+    import textwrap
 
+    from miaudit.attacks import AttackSpec, get_attack, list_attacks
+    from miaudit.attacks.params import show
+
+    def needs_text(spec: AttackSpec) -> str:
+        needs = {k: v for k, v in vars(spec.needs).items() if v}
+        return ", ".join(f"{k}={v}" for k, v in needs.items()) or "target only"
+
+    def describe(spec: AttackSpec) -> str:
+        """One attack in full: family, description, needs, and each parameter's type,
+        valid values, default and meaning."""
+        lines = [spec.name, f"  family:      {spec.family}",
+                 f"  description: {spec.description}", f"  needs:       {needs_text(spec)}"]
+        if not spec.params:
+            return "\n".join([*lines, "  parameters:  none"])
+        lines.append(f"  parameters:  set as attack_params: {{{spec.name}: {{NAME: VALUE}}}} "
+                     "(miaudit attack: --params)")
+        rows = [(p.name, p.type, p.bounds(), f"default {show(p.default)}") for p in spec.params]
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        for param, row in zip(spec.params, rows, strict=True):
+            cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+            lines.append(f"    {'  '.join([*cells, row[3]])}")
+            lines += textwrap.wrap(param.meaning, 96, initial_indent=" " * 8,
+                                   subsequent_indent=" " * 8)
+        return "\n".join(lines)
+
+    if args.names:  # an unknown name is refused with the closest registered ones
+        print("\n\n".join(describe(get_attack(name)) for name in args.names))
+        return 0
     specs = list_attacks()
     # columns as wide as their longest entry, so every "needs:" lines up
     name_width = max((len(s.name) for s in specs), default=0)
     family_width = max((len(s.family) for s in specs), default=0)
     for spec in specs:
-        needs = {k: v for k, v in vars(spec.needs).items() if v}
-        need_text = ", ".join(f"{k}={v}" for k, v in needs.items()) or "target only"
-        print(f"{spec.name:{name_width}s} {spec.family:{family_width}s} needs: {need_text}\n"
-              f"    {spec.description}")
+        print(f"{spec.name:{name_width}s} {spec.family:{family_width}s} "
+              f"needs: {needs_text(spec)}\n    {spec.description}")
+        if spec.params:  # compactly: their defaults (NAME in full)
+            defaults = ", ".join(f"{p.name}={show(p.default)}" for p in spec.params)
+            print("\n".join(textwrap.wrap(f"params: {defaults}", 96, initial_indent=" " * 4,
+                                           subsequent_indent=" " * 12)))
+    print("\nmiaudit attacks NAME: one attack in full, with each parameter's type, bounds, "
+          "default and meaning.")
     return 0
 
 
@@ -167,7 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     attack.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     attack.set_defaults(fn=cmd_attack)
 
-    attacks = sub.add_parser("attacks", help="list the attacks and what each needs")
+    attacks = sub.add_parser("attacks", help="list the attacks, what each needs and its "
+                             "parameters (NAME: one attack in full)")
+    attacks.add_argument("names", nargs="*", metavar="NAME",
+                         help="attacks to describe in full: family, needs, and each "
+                         "parameter's type, default, valid values and meaning")
     attacks.set_defaults(fn=cmd_attacks)
 
     data = sub.add_parser("data", help="datasets: list, fetch")
@@ -182,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.set_defaults(fn=cmd_data_fetch)
     audit_cli.register(sub)
     study_cli.register(sub)
+    from miaudit import cache_cli  # argparse only: imports nothing heavy
+
+    cache_cli.register(sub)
     return parser
 
 

@@ -249,6 +249,10 @@ def _check_types(cfg: RunConfig) -> None:
     _check_forgetting(cfg)
     for name in cfg.attack_params:
         need(name in cfg.attacks, f"attack_params names '{name}', which is not in attacks.")
+    if cfg.attack_params:  # names and values, before any model trains
+        from miaudit.attacks.base import check_attack_params
+
+        check_attack_params(cfg.attack_params)
 
 
 def _check_split_members(cfg: RunConfig) -> None:

@@ -21,5 +21,10 @@ class AttackError(MiauditError):
     """An attack cannot run on the given bank (missing references, channel, ...)."""
 
 
+class ParamError(ConfigError, AttackError):
+    """An attack parameter is unknown or has an invalid value (a config error, found before
+    any work; also an AttackError, as `run_attack` raised for unknown parameters before)."""
+
+
 class CacheError(MiauditError):
     """A cache entry is corrupt or unreadable."""

@@ -67,7 +67,7 @@ def test_base_needs_out_references_and_a_positive_temperature(digits_bank):
     view = TargetView.of(digits_bank.replace(membership=membership), 0)
     with pytest.raises(AttackError, match="cannot run"):
         run_attack("base", view)
-    with pytest.raises(AttackError, match="temperature must be positive"):
+    with pytest.raises(AttackError, match="'temperature' must be a number > 0"):
         run_attack("base", TargetView.of(digits_bank, 0), temperature=0.0)
 
 

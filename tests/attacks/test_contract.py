@@ -51,7 +51,7 @@ def banks(digits_bank) -> list[SignalBank]:
 
 
 def _params(spec) -> dict:
-    return {k: v for k, v in FAST.items() if k in spec.params}
+    return {k: v for k, v in FAST.items() if k in spec.defaults}
 
 
 def _bank_for(spec, banks: list[SignalBank]) -> SignalBank:

@@ -66,7 +66,7 @@ def test_features_are_rapid_per_query_then_registry_scores(digits_bank):
     for j, name in enumerate(names):
         spec = get_attack(name)
         # RMIA as the defaults were chosen: the paper's score (FEATURE_PARAMS)
-        raw = spec.fn(shadow, **{**spec.params, **FEATURE_PARAMS.get(name, {})})
+        raw = spec.fn(shadow, **{**spec.defaults, **FEATURE_PARAMS.get(name, {})})
         if name == "rmia":
             assert FEATURE_PARAMS[name] == {"tie_break": "none"}
         np.testing.assert_allclose(features[:, 2 + queries + j],
@@ -123,7 +123,7 @@ def test_missing_online_features_are_imputed_not_dropped(digits_bank):
     bank = _variant(digits_bank, membership=membership)
     view = TargetView.of(bank, 0)
     spec = get_attack("lira-online")
-    assert np.isnan(spec.fn(view, **spec.params)[chosen]).all()
+    assert np.isnan(spec.fn(view, **spec.defaults)[chosen]).all()
     scores = run_attack("rapid-hybrid", view, **FAST).scores
     assert np.isfinite(scores[bank.audit]).all()
 

@@ -74,7 +74,7 @@ def naive_lowest(values, k):
 def test_every_lm_attack_is_registered_in_its_family():
     names = {s.name for s in list_attacks() if s.family == "language-model"}
     assert names == set(LM_ATTACKS)
-    assert get_attack("min-k").params == {"k": 0.2}
+    assert get_attack("min-k").defaults == {"k": 0.2}
     assert get_attack("min-k-plus-plus").needs.next_token_moments
     assert get_attack("lm-rmia").needs.population
     blind = get_attack("blind").needs
@@ -111,7 +111,7 @@ def test_min_k_takes_twenty_percent_by_default(bank):
     j = 0  # the full row: 12 tokens, floor(0.2 * 12) = 2 lowest
     expected = np.sort(bank.seq_token_logprob[1, j].astype(np.float64))[:2].mean()
     assert run_attack("min-k", view).scores[j] == pytest.approx(expected)
-    with pytest.raises(AttackError, match=r"k must lie in \(0, 1\]"):
+    with pytest.raises(AttackError, match=r"'k' must be a number in \(0, 1\]"):
         run_attack("min-k", view, k=0.0)
 
 

@@ -123,7 +123,7 @@ def test_too_few_shadows_is_a_clear_error(digits_bank):
     with pytest.raises(AttackError, match="at least 2 shadow"):
         run_attack("rapid", TargetView.of(bank, 0))
     with pytest.raises(AttackError, match="at least 2 shadow"):
-        rapid_score(TargetView.of(bank, 0), **{**get_attack("rapid").params, **FAST})
+        rapid_score(TargetView.of(bank, 0), **{**get_attack("rapid").defaults, **FAST})
 
 
 def test_the_papers_recipe_is_reachable(digits_bank, monkeypatch):
@@ -147,7 +147,7 @@ def test_the_papers_recipe_is_reachable(digits_bank, monkeypatch):
     assert seen["hidden"] == (512, 256, 128) and seen["dropout"] == (0.2, 0.2)
     assert (seen["lr"], seen["weight_decay"], seen["batch_size"]) == (2e-4, 5e-4, 128)
     assert seen["epochs"] == 150 and seen["patience"] == 0
-    assert set(PAPER_RECIPE) <= set(get_attack("rapid").params)
+    assert set(PAPER_RECIPE) <= set(get_attack("rapid").defaults)
 
 
 def test_threshold_rows_are_public_seeded_and_blind_to_the_target(digits_bank):

@@ -71,7 +71,7 @@ def test_too_few_shadows_is_a_clear_error(digits_bank):
     with pytest.raises(AttackError, match="at least 1 shadow"):
         run_attack("shokri", TargetView.of(bank, 0))
     with pytest.raises(AttackError, match="at least 1 shadow"):
-        shokri_score(TargetView.of(bank, 0), **{**get_attack("shokri").params, **FAST})
+        shokri_score(TargetView.of(bank, 0), **{**get_attack("shokri").defaults, **FAST})
 
 
 @pytest.mark.parametrize("name", ["shokri", "shokri-per-class"])

@@ -21,18 +21,22 @@ from miaudit.attacks.base import (
     AttackRun,
     AttackSpec,
     Needs,
+    check_params,
     get_attack,
     list_attacks,
     register_attack,
     run_attack,
 )
+from miaudit.attacks.params import Param
 from miaudit.attacks.view import TargetView
 
 __all__ = [
     "AttackRun",
     "AttackSpec",
     "Needs",
+    "Param",
     "TargetView",
+    "check_params",
     "get_attack",
     "list_attacks",
     "register_attack",

@@ -7,20 +7,27 @@ so no attack can peek at the answer. An attack that scores public rows of known 
 its way (a scorer's held-out shadow rows) may return `Scored(scores, ThresholdRows(...))`
 instead: the pipeline then picks its public-data threshold on those rows rather than running
 the attack again with a reference as target (`run_attack` checks that they are public).
+
+Each attack declares its parameters (`Param`: type, default, valid values, meaning);
+`check_params` refuses an unknown name or an invalid value, and every entry point calls it
+before any work: run and audit configs, `miaudit attack --params`, the Python API, and
+`run_attack` itself.
 """
 
 from __future__ import annotations
 
 import difflib
+import inspect
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from miaudit.attacks.params import Param, show
 from miaudit.attacks.view import TargetView
-from miaudit.errors import AttackError
+from miaudit.errors import AttackError, ParamError
 from miaudit.signals.bank import QUERIES_SUFFIX
 
 
@@ -113,7 +120,7 @@ class AttackSpec:
     fn: Callable[..., np.ndarray]
     needs: Needs
     description: str
-    params: dict[str, Any] = field(default_factory=dict)  # defaults, overridable per run
+    params: tuple[Param, ...] = ()  # declared parameters, overridable per run
     family: str = ""
     first_query_only: bool = False  # reads query 0 of the logits only (e.g. correctness)
     image_queries: int = 2  # its paper's number of augmented queries on images (RAPID: 8)
@@ -134,6 +141,11 @@ class AttackSpec:
             return 1.0
         return 1.0 if self.first_query_only else float(view.n_queries)
 
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """{parameter: default}: what the attack runs with unless overridden."""
+        return {p.name: p.default for p in self.params}
+
 
 _REGISTRY: dict[str, AttackSpec] = {}
 
@@ -147,11 +159,12 @@ def register_attack(
     first_query_only: bool = False,
     image_queries: int = 2,
     model_free: bool = False,
-    **params: Any,
+    params: Sequence[Param] = (),
 ) -> Callable[[Callable[..., np.ndarray]], Callable[..., np.ndarray]]:
-    """Register `fn` under `name`; keyword `params` are its defaults (variants re-register
-    the same function under another name with other defaults). `first_query_only`: the
-    attack reads query 0 only, so it costs one query per sample whatever the bank holds.
+    """Register `fn` under `name`; `params` declares its keyword parameters, exactly those of
+    its signature after `view` (variants re-register the same function under another name,
+    with other defaults: `Param.with_default`). `first_query_only`: the attack reads query 0
+    only, so it costs one query per sample whatever the bank holds.
     `image_queries`: how many augmented queries its paper makes on images; a run on image
     data that does not list its queries uses the largest of its attacks' (default 2: plain
     and mirror). `model_free`: it never reads a model (the blind baseline), so its cost is no
@@ -160,13 +173,36 @@ def register_attack(
     def decorate(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
         if name in _REGISTRY:
             raise ValueError(f"attack '{name}' is registered twice")
+        _check_declared(name, fn, params)
         _REGISTRY[name] = AttackSpec(
-            name, fn, needs, description, dict(params), family, first_query_only, image_queries,
-            model_free,
+            name, fn, needs, description, tuple(params), family, first_query_only,
+            image_queries, model_free,
         )
         return fn
 
     return decorate
+
+
+def _check_declared(name: str, fn: Callable[..., Any], params: Sequence[Param]) -> None:
+    """A registration's declared parameters are its function's keyword parameters (after
+    `view`), each declared once, and each default is valid (a bug in the attack otherwise)."""
+    declared = [p.name for p in params]
+    signature = list(inspect.signature(fn).parameters.values())[1:]
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    taken = [p.name for p in signature if p.kind in kinds]
+    if len(set(declared)) != len(declared) or set(declared) != set(taken) or any(
+        p.kind not in kinds for p in signature
+    ):
+        raise ValueError(
+            f"attack '{name}' declares the parameters {sorted(declared)}, but its function "
+            f"takes {[str(p) for p in signature]}: name every parameter in its signature "
+            "(no **kwargs) and declare each once."
+        )
+    for param in params:
+        problem = param.problem(param.default, _REGISTRY)
+        if problem and param.type != "list[attack]":  # attacks it names may register later
+            raise ValueError(f"attack '{name}': the default {param.default!r} of "
+                             f"'{param.name}' is invalid ({problem}).")
 
 
 def list_attacks() -> list[AttackSpec]:
@@ -181,6 +217,57 @@ def get_attack(name: str) -> AttackSpec:
             f"unknown attack '{name}'.{hint} Known attacks: {', '.join(sorted(_REGISTRY))}."
         )
     return _REGISTRY[name]
+
+
+def check_params(attack: str, overrides: Any, where: str = "") -> dict[str, Any]:
+    """Parameter overrides `{parameter: value}` for `attack`, checked: the one validation
+    every entry point uses (run and audit configs, `miaudit attack --params`, the Python API,
+    `run_attack`). An unknown name is refused with the closest declared one; a value of the
+    wrong type, out of bounds, not among the choices or NaN, with what is valid. `where` names
+    the place in the caller's input ("attack_params.rmia", "--params"). Returns a copy."""
+    spec = get_attack(attack)
+    prefix = f"{where}: " if where else ""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise ParamError(f"{prefix}the parameters of attack '{attack}' must be a mapping "
+                         f"{{parameter: value}}; got {overrides!r}.")
+    declared = {p.name: p for p in spec.params}
+    listing = (f"its parameters are {', '.join(declared)} (`miaudit attacks {attack}` "
+               "describes them)" if declared else "it takes no parameters")
+    for key, value in overrides.items():
+        param = declared.get(key) if isinstance(key, str) else None
+        if param is None:
+            close = difflib.get_close_matches(str(key), list(declared), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else "."
+            raise ParamError(f"{prefix}attack '{attack}' has no parameter '{key}'{hint} "
+                             f"{listing[0].upper()}{listing[1:]}.")
+        others = [n for n in _REGISTRY if n != attack] if param.type == "list[attack]" else ()
+        problem = param.problem(value, others)  # an attack never lists itself (recursion)
+        if problem:
+            text = (" (YAML reads 1e-5 as text: write 1.0e-5)"
+                    if isinstance(value, str) and param.type in ("int", "float")
+                    else f" ({problem})" if param.type.startswith("list") else "")
+            raise ParamError(
+                f"{prefix}attack '{attack}': parameter '{key}' must be {param.requirement()}; "
+                f"got {value!r}{text}. {key}: {param.meaning} (default "
+                f"{show(param.default)})."
+            )
+    return dict(overrides)
+
+
+def check_attack_params(attack_params: Any, where: str = "attack_params"
+                        ) -> dict[str, dict[str, Any]]:
+    """`{attack: {parameter: value}}` checked by `check_params` (an unknown attack name is
+    refused with the closest registered one), before any model trains or any bank loads.
+    Returns a copy."""
+    if attack_params is None:
+        return {}
+    if not isinstance(attack_params, Mapping):
+        raise ParamError(f"{where} must map attack names to mappings {{parameter: value}}, "
+                         f"e.g. {{rmia: {{gamma: 2}}}}; got {attack_params!r}.")
+    return {name: check_params(str(name), params, f"{where}.{name}")
+            for name, params in attack_params.items()}
 
 
 @dataclass(frozen=True)
@@ -214,15 +301,10 @@ class AttackRun:
 def run_attack(name: str, view: TargetView, **overrides: Any) -> AttackRun:
     """Check needs, run the attack, validate its output."""
     spec = get_attack(name)
-    unknown = set(overrides) - set(spec.params)
-    if unknown:
-        raise AttackError(
-            f"attack '{name}' has no parameter(s) {sorted(unknown)}; "
-            f"its parameters are {sorted(spec.params) or 'none'}."
-        )
+    overrides = check_params(name, overrides)
     spec.needs.check(view, name)
     start = time.perf_counter()
-    returned = spec.fn(view, **{**spec.params, **overrides})
+    returned = spec.fn(view, **{**spec.defaults, **overrides})
     seconds = time.perf_counter() - start
     rows = returned.threshold_rows if isinstance(returned, Scored) else None
     scores = np.asarray(scores_of(returned), dtype=np.float64)

@@ -40,12 +40,25 @@ from scipy.special import gammaln, log_ndtr, stdtr
 
 from miaudit.attacks.base import Needs, register_attack
 from miaudit.attacks.calibration import query_mean
-from miaudit.attacks.lira import SIGMA_FLOOR, Moments, _sides, gaussians, log_normal_pdf, moments
+from miaudit.attacks.lira import (
+    EQUAL_COUNTS,
+    SIGMA_FLOOR,
+    Moments,
+    _sides,
+    gaussians,
+    log_normal_pdf,
+    moments,
+)
+from miaudit.attacks.params import Param
 from miaudit.attacks.view import TargetView
 from miaudit.errors import AttackError
 
 _TINY = np.finfo(np.float64).tiny
 _LOG_STRENGTH_BOUNDS = (np.log(1e-2), np.log(1e6))
+
+PRIOR_STRENGTH = Param("prior_strength", None, "float", "nu0, the variance prior's weight in "
+                       "pseudo-references; null: empirical Bayes; inf: LiRA fixed-variance; "
+                       "0: per-sample LiRA", low=0.0, high=np.inf, nullable=True)
 
 
 @dataclass(frozen=True)
@@ -178,8 +191,7 @@ def _side(view: TargetView, side: int, equal_counts: bool, strength: float | Non
     needs=Needs(out_references=1),
     description="Brännvall (BaVarIA-n, offline): mean_q log Phi((phi - m_out)/sqrt(v_out)), "
     "NIG-stabilised variance",
-    equal_counts=True,
-    prior_strength=None,
+    params=(EQUAL_COUNTS, PRIOR_STRENGTH),
 )
 def bavaria_n(view: TargetView, equal_counts: bool, prior_strength: float | None) -> np.ndarray:
     """Offline BaVarIA-n: LiRA's one-sided test with the NIG-stabilised OUT variance."""
@@ -193,8 +205,7 @@ def bavaria_n(view: TargetView, equal_counts: bool, prior_strength: float | None
     family="bavaria",
     needs=Needs(out_references=1),
     description="Brännvall (BaVarIA-t, offline): mean_q log of the OUT Student-t predictive CDF",
-    equal_counts=True,
-    prior_strength=None,
+    params=(EQUAL_COUNTS, PRIOR_STRENGTH),
 )
 def bavaria_t(view: TargetView, equal_counts: bool, prior_strength: float | None) -> np.ndarray:
     """Offline BaVarIA-t: one-sided test under the OUT side's Student-t predictive."""
@@ -209,8 +220,7 @@ def bavaria_t(view: TargetView, equal_counts: bool, prior_strength: float | None
     needs=Needs(in_references=1, out_references=1),
     description="Brännvall (BaVarIA-n, online): mean_q log N(phi; IN) - log N(phi; OUT), "
     "NIG-stabilised variances",
-    equal_counts=True,
-    prior_strength=None,
+    params=(EQUAL_COUNTS, PRIOR_STRENGTH),
 )
 def bavaria_n_online(
     view: TargetView, equal_counts: bool, prior_strength: float | None
@@ -227,8 +237,7 @@ def bavaria_n_online(
     family="bavaria",
     needs=Needs(in_references=1, out_references=1),
     description="Brännvall (BaVarIA-t, online): mean_q log t_IN(phi) - log t_OUT(phi)",
-    equal_counts=True,
-    prior_strength=None,
+    params=(EQUAL_COUNTS, PRIOR_STRENGTH),
 )
 def bavaria_t_online(
     view: TargetView, equal_counts: bool, prior_strength: float | None

@@ -32,6 +32,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from miaudit.attacks.base import Needs, register_attack
+from miaudit.attacks.params import Param
 from miaudit.attacks.view import TargetView
 from miaudit.errors import AttackError
 
@@ -59,7 +60,8 @@ def base_scores(
     family="bayes-optimal",
     needs=Needs(out_references=1),
     description="Lassila et al. (BASE): -l_t/T - log mean_OUT exp(-l_r/T), l = -log mean_q p_y",
-    temperature=1.0,
+    params=(Param("temperature", 1.0, "float", "T of the score -l_t/T - log mean_OUT "
+                  "exp(-l_r/T), Sablayrolles' temperature", low=0.0, low_open=True),),
 )
 def base(view: TargetView, temperature: float) -> np.ndarray:
     """BASE (Lassila et al. 2025): Sablayrolles' Bayes-optimal score, tau by Monte Carlo over

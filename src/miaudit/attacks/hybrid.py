@@ -19,7 +19,7 @@ Features, for the target and for every shadow view (`TargetView.as_shadow`, leav
   - for each such attack a 0/1 "missing" indicator; its NaN scores (e.g. lira-online on a sample
     with no IN reference in a shadow view) are replaced by the median over the shadow rows.
 The scorer, training (early stopping on held-out shadow rows, which also give the public-data
-threshold) and scoring are RAPID's (`rapid.rapid_scorer_attack`, `rapid.RAPID_DEFAULTS`).
+threshold) and scoring are RAPID's (`rapid.rapid_scorer_attack`, `rapid.RAPID_PARAMS`).
 Samples with no OUT reference get NaN, as in RAPID.
 """
 
@@ -27,12 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
 
 import numpy as np
 
 from miaudit.attacks.base import Needs, Scored, get_attack, register_attack, scores_of
-from miaudit.attacks.rapid import RAPID_DEFAULTS, rapid_features, rapid_scorer_attack
+from miaudit.attacks.params import Param
+from miaudit.attacks.rapid import RAPID_PARAMS, rapid_features, rapid_scorer_attack
 from miaudit.attacks.shadow import Featurizer
 from miaudit.attacks.view import TargetView, mean_over_out
 from miaudit.errors import AttackError
@@ -91,7 +91,7 @@ def hybrid_featurizer(names: Sequence[str], per_query: bool = True) -> Featurize
         loss_columns = [base]
         if base_columns(view, per_query) > _RAPID_COLUMNS:
             loss_columns.append(per_query_calibrated_loss(view))
-        extra = [np.asarray(scores_of(spec.fn(view, **{**spec.params,
+        extra = [np.asarray(scores_of(spec.fn(view, **{**spec.defaults,
                                                          **FEATURE_PARAMS.get(spec.name, {})})),
                             dtype=np.float64) for spec in specs]
         columns = [_symlog(np.where(np.isfinite(e), e, np.nan)) for e in extra]
@@ -126,22 +126,29 @@ def fit_imputer(features: np.ndarray, base: int = _RAPID_COLUMNS
     needs=Needs(out_references=1, shadows=2),
     description="RAPID's scorer on [loss, calibrated loss (per query)] + LiRA and RMIA scores",
     image_queries=8,
-    extra_attacks=DEFAULT_EXTRA_ATTACKS,
-    per_query=True,
-    **RAPID_DEFAULTS,
+    params=(
+        Param("extra_attacks", DEFAULT_EXTRA_ATTACKS, "list[attack]", "attacks whose scores "
+              "(with their defaults) are features, each where the target's bank meets its needs"),
+        Param("per_query", True, "bool", "add each query's calibrated loss S_q - S_ref,q as a "
+              "feature (banks of more than one query)"),
+        *RAPID_PARAMS,
+    ),
 )
 def rapid_hybrid_score(
-    view: TargetView,
-    *,
-    extra_attacks: Sequence[str] = DEFAULT_EXTRA_ATTACKS,
-    per_query: bool = True,
-    **params: Any,
+    view: TargetView, *, extra_attacks: Sequence[str], per_query: bool, epochs: int,
+    lr: float, weight_decay: float, batch_size: int, hidden: Sequence[int],
+    early_stopping: bool, patience: int, holdout: float, n_shadows: int | None,
+    max_train_samples: int, seed: int,
 ) -> Scored:
     """Member log-odds of the hybrid scorer; NaN where no reference is OUT for the sample.
     `per_query`: add each query's calibrated loss (Q > 1). Other parameters: RAPID's
-    (`rapid.RAPID_DEFAULTS`)."""
+    (`rapid.RAPID_PARAMS`)."""
     names = usable_extra_attacks(view, extra_attacks)
     imputer = partial(fit_imputer, base=base_columns(view, bool(per_query)))
-    return rapid_scorer_attack(view, hybrid_featurizer(names, bool(per_query)),
-                               preprocess=imputer, desc="training the rapid-hybrid scorer",
-                               **params)  # fmt: skip
+    return rapid_scorer_attack(
+        view, hybrid_featurizer(names, bool(per_query)), preprocess=imputer,
+        desc="training the rapid-hybrid scorer", epochs=epochs, lr=lr,
+        weight_decay=weight_decay, batch_size=batch_size, hidden=hidden,
+        early_stopping=early_stopping, patience=patience, holdout=holdout,
+        n_shadows=n_shadows, max_train_samples=max_train_samples, seed=seed,
+    )

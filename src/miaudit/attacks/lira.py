@@ -42,10 +42,17 @@ from scipy.special import log_ndtr
 
 from miaudit.attacks.base import Needs, register_attack
 from miaudit.attacks.calibration import query_mean
+from miaudit.attacks.params import Param
 from miaudit.attacks.view import TargetView
 
 SIGMA_FLOOR = 1e-6
 _HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
+
+FIXED_VARIANCE = Param("fixed_variance", False, "bool", "one std per side and query, pooled "
+                       "over samples (the paper's choice with few references); false: each "
+                       "sample's own")
+EQUAL_COUNTS = Param("equal_counts", True, "bool", "each sample uses its first k references "
+                     "per side, k the smallest count, as the reference code; false: all of them")
 
 
 @dataclass(frozen=True)
@@ -203,16 +210,14 @@ def log_normal_pdf(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarr
     family="lira",
     needs=Needs(in_references=1, out_references=1),
     description="Carlini et al.: mean_q log N(phi; IN) - log N(phi; OUT), per-sample variances",
-    fixed_variance=False,
-    equal_counts=True,
+    params=(FIXED_VARIANCE, EQUAL_COUNTS),
 )
 @register_attack(
     "lira-online-fixed-variance",
     family="lira",
     needs=Needs(in_references=1, out_references=1),
     description="Carlini et al.: online LiRA with one variance per side (few references)",
-    fixed_variance=True,
-    equal_counts=True,
+    params=(FIXED_VARIANCE.with_default(True), EQUAL_COUNTS),
 )
 def lira_online(view: TargetView, fixed_variance: bool, equal_counts: bool) -> np.ndarray:
     """Online LiRA (Carlini et al. 2022, Algorithm 1): Gaussian likelihood ratio IN vs OUT."""
@@ -230,16 +235,14 @@ def lira_online(view: TargetView, fixed_variance: bool, equal_counts: bool) -> n
     family="lira",
     needs=Needs(out_references=1),
     description="Carlini et al.: one-sided offline test mean_q log Phi((phi - mu_out)/s_out)",
-    fixed_variance=False,
-    equal_counts=True,
+    params=(FIXED_VARIANCE, EQUAL_COUNTS),
 )
 @register_attack(
     "lira-offline-fixed-variance",
     family="lira",
     needs=Needs(out_references=1),
     description="Carlini et al.: one-sided offline LiRA with one OUT variance (few references)",
-    fixed_variance=True,
-    equal_counts=True,
+    params=(FIXED_VARIANCE.with_default(True), EQUAL_COUNTS),
 )
 def lira_offline(view: TargetView, fixed_variance: bool, equal_counts: bool) -> np.ndarray:
     """Offline LiRA (Carlini et al. 2022, §VI-C): one-sided test against the OUT Gaussian."""
@@ -253,8 +256,7 @@ def lira_offline(view: TargetView, fixed_variance: bool, equal_counts: bool) -> 
     family="lira",
     needs=Needs(out_references=1),
     description="Carlini et al.'s reference code: -mean_q log N(phi; mu_out, s_out^2)",
-    fixed_variance=False,
-    equal_counts=True,
+    params=(FIXED_VARIANCE, EQUAL_COUNTS),
 )
 def lira_offline_two_sided(
     view: TargetView, fixed_variance: bool, equal_counts: bool

@@ -22,20 +22,30 @@ distribution. `ll(n) = mean_{t < L_n} log p(x_t)` is the sequence log-likelihood
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.special import log_ndtr
 
-from miaudit.attacks.base import Needs, register_attack
-from miaudit.attacks.lira import SIGMA_FLOOR, equal_count_mask, fit_gaussians
-from miaudit.attacks.rapid import RAPID_DEFAULTS, rapid_scorer_attack
-from miaudit.attacks.rmia import offline_scores
+from miaudit.attacks.base import Needs, Scored, register_attack
+from miaudit.attacks.lira import (
+    EQUAL_COUNTS,
+    FIXED_VARIANCE,
+    SIGMA_FLOOR,
+    equal_count_mask,
+    fit_gaussians,
+)
+from miaudit.attacks.params import Param
+from miaudit.attacks.rapid import RAPID_PARAMS, rapid_scorer_attack
+from miaudit.attacks.rmia import GAMMA, OFFLINE_A, offline_scores
 from miaudit.attacks.view import TargetView, mean_over_out
 from miaudit.errors import AttackError
 from miaudit.signals.bank import valid_positions
 
 FAMILY = "language-model"
+
+K = Param("k", 0.2, "float", "the fraction of the sample's tokens, lowest-scored first, "
+          "averaged (at least one token)", low=0.0, high=1.0, low_open=True)
 
 
 def lowest_fraction_mean(values: np.ndarray, lengths: np.ndarray, k: float) -> np.ndarray:
@@ -85,7 +95,7 @@ def zlib_ratio(view: TargetView) -> np.ndarray:
     family=FAMILY,
     needs=Needs(sequence=True),
     description="Shi et al. 2024 (Min-K% Prob): mean of the lowest k of token log-probs",
-    k=0.2,
+    params=(K,),
 )
 def min_k(view: TargetView, k: float) -> np.ndarray:
     return lowest_fraction_mean(view.target_token_logprob(), view.seq_lengths, k)
@@ -96,7 +106,7 @@ def min_k(view: TargetView, k: float) -> np.ndarray:
     family=FAMILY,
     needs=Needs(sequence=True, next_token_moments=True),
     description="Zhang et al. 2024 (Min-K%++): lowest-k mean of (log p(x_t) - mu_t) / sigma_t",
-    k=0.2,
+    params=(K,),
 )
 def min_k_plus_plus(view: TargetView, k: float) -> np.ndarray:
     token = view.target_token_logprob().astype(np.float64)
@@ -122,16 +132,14 @@ def lm_calibrated(view: TargetView) -> np.ndarray:
     family=FAMILY,
     needs=Needs(sequence=True, out_references=1),
     description="Carlini et al. 2022 offline on ll: log Phi((ll_t - mu_out) / s_out)",
-    fixed_variance=False,
-    equal_counts=True,
+    params=(FIXED_VARIANCE, EQUAL_COUNTS),
 )
 @register_attack(
     "lm-lira-offline-fixed-variance",
     family=FAMILY,
     needs=Needs(sequence=True, out_references=1),
     description="Carlini et al. 2022 offline on ll with one pooled OUT variance (few refs)",
-    fixed_variance=True,
-    equal_counts=True,
+    params=(FIXED_VARIANCE.with_default(True), EQUAL_COUNTS),
 )
 def lm_lira_offline(view: TargetView, fixed_variance: bool, equal_counts: bool) -> np.ndarray:
     out = view.out_mask()
@@ -146,8 +154,7 @@ def lm_lira_offline(view: TargetView, fixed_variance: bool, equal_counts: bool) 
     family=FAMILY,
     needs=Needs(sequence=True, out_references=1, population=True),
     description="Zarifzadeh et al. 2024 offline on p = exp(ll): fraction of z with LR > gamma",
-    a=0.3,
-    gamma=1.0,
+    params=(OFFLINE_A, GAMMA.with_default(1.0)),
 )
 def lm_rmia(view: TargetView, a: float, gamma: float) -> np.ndarray:
     p_target = np.exp(view.target_seq_loglik())
@@ -168,11 +175,19 @@ def lm_rapid_features(view: TargetView) -> tuple[np.ndarray, np.ndarray]:
     family=FAMILY,
     needs=Needs(sequence=True, out_references=1, shadows=2),
     description="He et al. CCS'24 on sequences: MLP scorer on [loss, loss - mean OUT loss]",
-    **RAPID_DEFAULTS,
+    params=RAPID_PARAMS,
 )
-def lm_rapid(view: TargetView, **params: Any) -> np.ndarray:
-    return rapid_scorer_attack(view, lm_rapid_features, desc="training the lm-rapid scorer",
-                               **params)
+def lm_rapid(
+    view: TargetView, *, epochs: int, lr: float, weight_decay: float, batch_size: int,
+    hidden: Sequence[int], early_stopping: bool, patience: int, holdout: float,
+    n_shadows: int | None, max_train_samples: int, seed: int,
+) -> Scored:
+    return rapid_scorer_attack(
+        view, lm_rapid_features, desc="training the lm-rapid scorer", epochs=epochs, lr=lr,
+        weight_decay=weight_decay, batch_size=batch_size, hidden=hidden,
+        early_stopping=early_stopping, patience=patience, holdout=holdout,
+        n_shadows=n_shadows, max_train_samples=max_train_samples, seed=seed,
+    )
 
 
 @register_attack(

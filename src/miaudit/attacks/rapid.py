@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.attacks.base import Needs, Scored, register_attack
+from miaudit.attacks.params import Param
 from miaudit.attacks.shadow import Featurizer, Preprocessor, scorer_attack
 from miaudit.attacks.view import TargetView, side_means
 
@@ -50,23 +51,45 @@ def rapid_features(view: TargetView) -> tuple[np.ndarray, np.ndarray]:
     return features, np.isfinite(s_ref)
 
 
+# What a scorer attack trained on shadow rows takes (RAPID's and Shokri's; `hidden` and
+# `n_shadows` differ and are declared by each).
+EPOCHS = Param("epochs", 60, "int", "the most epochs the scorer trains (early stopping may stop "
+               "it sooner)", low=1)
+LR = Param("lr", 1e-3, "float", "Adam's learning rate", low=0.0, low_open=True)
+WEIGHT_DECAY = Param("weight_decay", 5e-4, "float", "Adam's weight decay", low=0.0)
+BATCH_SIZE = Param("batch_size", 512, "int", "training rows per step", low=1)
+EARLY_STOPPING = Param("early_stopping", True, "bool", "stop once `patience` epochs bring no "
+                       "lower loss on the held-out shadow rows, keeping the best epoch")
+PATIENCE = Param("patience", 20, "int", "epochs without a lower held-out loss before stopping "
+                 "early (0: never)", low=0)
+HOLDOUT = Param("holdout", 0.2, "float", "share of each shadow's public members and "
+                "non-members held out for early stopping and the threshold (0: none)",
+                low=0.0, high=1.0, high_open=True)
+MAX_TRAIN_SAMPLES = Param("max_train_samples", 20_000, "int", "cap on the pooled training rows "
+                          "(a seeded subsample)", low=2)
+SEED = Param("seed", 0, "int", "seed of the row sampling, weight init, dropout and batch order",
+             low=0)
+
 # The fast default (docs/algorithms.md §8): a right-sized scorer, larger batches, and early
 # stopping on held-out shadow rows. Fixed in advance, never chosen on an evaluated target:
 # patience 20 (not 5) was chosen on the development banks of the power study (seeds 100-101),
 # where stopping at the first BCE plateau cost rapid-hybrid TPR at 0.1% FPR (EXPERIMENTS.md).
-RAPID_DEFAULTS: dict[str, Any] = dict(
-    epochs=60,
-    lr=1e-3,
-    weight_decay=5e-4,
-    batch_size=512,
-    hidden=(128, 64),
-    early_stopping=True,
-    patience=20,
-    holdout=0.2,
-    n_shadows=None,
-    max_train_samples=20_000,
-    seed=0,
+RAPID_PARAMS: tuple[Param, ...] = (
+    EPOCHS,
+    LR,
+    WEIGHT_DECAY,
+    BATCH_SIZE,
+    Param("hidden", (128, 64), "list[int]", "widths of the scorer's hidden layers (dropout 0.2 "
+          "after each but the last)", low=1),
+    EARLY_STOPPING,
+    PATIENCE,
+    HOLDOUT,
+    Param("n_shadows", None, "int", "how many references play shadow, the first in bank order "
+          "(null: all)", low=2, nullable=True),
+    MAX_TRAIN_SAMPLES,
+    SEED,
 )
+RAPID_DEFAULTS: dict[str, Any] = {p.name: p.default for p in RAPID_PARAMS}
 # The paper's recipe (its official code): pass these to reach it, e.g. `attack_params: {rapid:
 # {epochs: 150, lr: 0.0002, batch_size: 128, hidden: [512, 256, 128], early_stopping: false}}`.
 PAPER_RECIPE: dict[str, Any] = dict(
@@ -129,9 +152,17 @@ def rapid_scorer_attack(
     needs=Needs(out_references=1, shadows=2),
     description="He et al. CCS'24: MLP scorer on [loss, loss - mean OUT-reference loss]",
     image_queries=8,
-    **RAPID_DEFAULTS,
+    params=RAPID_PARAMS,
 )
-def rapid_score(view: TargetView, **params: Any) -> Scored:
+def rapid_score(
+    view: TargetView, *, epochs: int, lr: float, weight_decay: float, batch_size: int,
+    hidden: Sequence[int], early_stopping: bool, patience: int, holdout: float,
+    n_shadows: int | None, max_train_samples: int, seed: int,
+) -> Scored:
     """RAPID member log-odds per sample; NaN where no reference is OUT for the sample.
-    Parameters: `RAPID_DEFAULTS`."""
-    return rapid_scorer_attack(view, rapid_features, **params)
+    Parameters: `RAPID_PARAMS`."""
+    return rapid_scorer_attack(
+        view, rapid_features, epochs=epochs, lr=lr, weight_decay=weight_decay,
+        batch_size=batch_size, hidden=hidden, early_stopping=early_stopping, patience=patience,
+        holdout=holdout, n_shadows=n_shadows, max_train_samples=max_train_samples, seed=seed,
+    )

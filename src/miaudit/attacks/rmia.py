@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from miaudit.attacks.base import Needs, register_attack
+from miaudit.attacks.params import Param
 from miaudit.attacks.view import TargetView, side_means
 from miaudit.errors import AttackError
 
@@ -46,6 +47,15 @@ TIE_BREAKS = ("none", "ratio")
 # The default of rmia, rmia-online and `dominance` (EXPERIMENTS.md, "RMIA ties"); lm-rmia,
 # through `offline_scores`, keeps the paper's score ("none") until it is measured on text.
 TIE_BREAK = "ratio"
+
+OFFLINE_A = Param("a", 0.3, "float", "offline Pr(x) = ((1 + a) mean_OUT Pr(x|theta_r) + "
+                  "(1 - a)) / 2: the linear stand-in for the IN references offline RMIA lacks",
+                  low=0.0, high=1.0)
+GAMMA = Param("gamma", 2.0, "float", "x dominates a population sample z when "
+              "ratio(x) / ratio(z) > gamma", low=0.0, low_open=True)
+TIE_BREAK_PARAM = Param("tie_break", TIE_BREAK, "str", "ratio: equal counts ordered by "
+                        "ratio(x), different counts never swapped; none: the paper's count",
+                        choices=TIE_BREAKS)
 
 
 def dominance(ratio_x: np.ndarray, ratio_z: np.ndarray, gamma: float,
@@ -106,9 +116,7 @@ def _ratio(p_target: np.ndarray, p_x: np.ndarray) -> np.ndarray:
     family="rmia",
     needs=Needs(out_references=1, population=True),
     description="Zarifzadeh et al. (offline): fraction of population z with LR(x, z) > gamma",
-    a=0.3,
-    gamma=2.0,
-    tie_break=TIE_BREAK,
+    params=(OFFLINE_A, GAMMA, TIE_BREAK_PARAM),
 )
 def rmia_offline(view: TargetView, a: float, gamma: float, tie_break: str) -> np.ndarray:
     """Offline RMIA (Zarifzadeh et al. 2024), Pr(x) from OUT references via parameter `a`."""
@@ -139,7 +147,7 @@ def offline_ratio(p_target: np.ndarray, p_out: np.ndarray, a: float) -> np.ndarr
     family="rmia",
     needs=Needs(out_references=1, population=True),
     description="Tao & Shokri (reconstructed): bits log2 LR(x) minus the population's mean",
-    a=0.3,
+    params=(OFFLINE_A,),
 )
 def informia(view: TargetView, a: float) -> np.ndarray:
     """InfoRMIA (Tao & Shokri, ICLR 2026; docs/algorithms.md §19, reconstructed from the
@@ -162,8 +170,7 @@ def informia(view: TargetView, a: float) -> np.ndarray:
     family="rmia",
     needs=Needs(in_references=1, out_references=1, population=True),
     description="Zarifzadeh et al. (online): Pr(x) = (mean_IN + mean_OUT)/2 over references",
-    gamma=2.0,
-    tie_break=TIE_BREAK,
+    params=(GAMMA, TIE_BREAK_PARAM),
 )
 def rmia_online(view: TargetView, gamma: float, tie_break: str) -> np.ndarray:
     """Online RMIA (Zarifzadeh et al. 2024): Pr(x) from IN and OUT references equally."""

@@ -21,12 +21,23 @@ global classifier for its samples.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 from scipy.special import softmax
 
 from miaudit.attacks.base import Needs, Scored, register_attack
+from miaudit.attacks.params import Param
+from miaudit.attacks.rapid import (
+    BATCH_SIZE,
+    EARLY_STOPPING,
+    EPOCHS,
+    HOLDOUT,
+    LR,
+    MAX_TRAIN_SAMPLES,
+    PATIENCE,
+    SEED,
+    WEIGHT_DECAY,
+)
 from miaudit.attacks.shadow import MLPScorer, build_shadow_split, threshold_rows, train_scorer
 from miaudit.attacks.view import TargetView
 
@@ -48,21 +59,25 @@ def shokri_featurizer(
     return featurize
 
 
-_PARAMS = dict(
-    top_k=None,
-    use_label=True,
-    hidden=64,
-    epochs=50,
-    lr=1e-3,
-    weight_decay=0.0,
-    batch_size=128,
-    early_stopping=False,
-    patience=5,
-    holdout=0.2,
-    n_shadows=None,
-    max_train_samples=20_000,
-    seed=0,
+_PARAMS = (
+    Param("top_k", None, "int", "how many of the largest sorted probabilities are features "
+          "(null: all)", low=1, nullable=True),
+    Param("use_label", True, "bool", "the one-hot true label is a feature too"),
+    Param("hidden", 64, "int", "width of the attack classifier's hidden layer", low=1),
+    EPOCHS.with_default(50),
+    LR,
+    WEIGHT_DECAY.with_default(0.0),
+    BATCH_SIZE.with_default(128),
+    EARLY_STOPPING.with_default(False),
+    PATIENCE.with_default(5),
+    HOLDOUT,
+    Param("n_shadows", None, "int", "how many references play shadow, the first in bank order "
+          "(null: all)", low=1, nullable=True),
+    MAX_TRAIN_SAMPLES,
+    SEED,
 )
+_MIN_CLASS_ROWS = Param("min_class_rows", 20, "int", "the fewest member and non-member rows a "
+                        "class needs for a classifier of its own (else the global one)", low=1)
 
 
 def _shokri(
@@ -137,11 +152,20 @@ def _shokri(
     family="shadow",
     needs=Needs(shadows=1),
     description="Shokri et al. S&P'17: one MLP attack classifier on sorted probabilities + label",
-    **_PARAMS,
+    params=_PARAMS,
 )
-def shokri_score(view: TargetView, **params: Any) -> Scored:
+def shokri_score(
+    view: TargetView, *, top_k: int | None, use_label: bool, hidden: int, epochs: int,
+    lr: float, weight_decay: float, batch_size: int, early_stopping: bool, patience: int,
+    holdout: float, n_shadows: int | None, max_train_samples: int, seed: int,
+) -> Scored:
     """Member log-odds from one global attack classifier."""
-    return _shokri(view, per_class=False, **params)
+    return _shokri(
+        view, per_class=False, top_k=top_k, use_label=use_label, hidden=hidden, epochs=epochs,
+        lr=lr, weight_decay=weight_decay, batch_size=batch_size, early_stopping=early_stopping,
+        patience=patience, holdout=holdout, n_shadows=n_shadows,
+        max_train_samples=max_train_samples, seed=seed,
+    )
 
 
 @register_attack(
@@ -149,9 +173,17 @@ def shokri_score(view: TargetView, **params: Any) -> Scored:
     family="shadow",
     needs=Needs(shadows=1),
     description="Shokri et al. S&P'17: one attack classifier per true class (global fallback)",
-    min_class_rows=20,
-    **_PARAMS,
+    params=(_MIN_CLASS_ROWS, *_PARAMS),
 )
-def shokri_per_class_score(view: TargetView, **params: Any) -> Scored:
+def shokri_per_class_score(
+    view: TargetView, *, min_class_rows: int, top_k: int | None, use_label: bool, hidden: int,
+    epochs: int, lr: float, weight_decay: float, batch_size: int, early_stopping: bool,
+    patience: int, holdout: float, n_shadows: int | None, max_train_samples: int, seed: int,
+) -> Scored:
     """Member log-odds from per-class attack classifiers, the global one as fallback."""
-    return _shokri(view, per_class=True, **params)
+    return _shokri(
+        view, per_class=True, min_class_rows=min_class_rows, top_k=top_k, use_label=use_label,
+        hidden=hidden, epochs=epochs, lr=lr, weight_decay=weight_decay, batch_size=batch_size,
+        early_stopping=early_stopping, patience=patience, holdout=holdout,
+        n_shadows=n_shadows, max_train_samples=max_train_samples, seed=seed,
+    )

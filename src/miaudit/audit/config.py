@@ -229,9 +229,15 @@ def _check(cfg: AuditConfig) -> None:
     need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
          f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
     need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
+    need(isinstance(cfg.attack_params, dict),
+         "attack_params must map attack names to mappings {parameter: value}.")
     for name in cfg.attack_params:
         need(cfg.attacks is None or name in cfg.attacks,
              f"attack_params names '{name}', which is not in attacks.")
+    if cfg.attack_params:  # names and values, before the model loads or a reference trains
+        from miaudit.attacks.base import check_attack_params
+
+        check_attack_params(cfg.attack_params)
 
 
 def _check_claim(m: ModelSection) -> None:

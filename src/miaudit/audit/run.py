@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from miaudit.attacks import get_attack
+from miaudit.attacks.base import check_attack_params
 from miaudit.audit.bank import bank_summary, build_audit_bank, skip_reasons
 from miaudit.audit.config import AuditConfig, dump_audit_config
 from miaudit.audit.data import AuditData, build_audit_data
@@ -119,6 +120,7 @@ def run_audit(
     names = cfg.attacks if cfg.attacks is not None else default_attacks(task)
     for name in names:
         get_attack(name)  # unknown names fail before any work
+    check_attack_params(cfg.attack_params)  # so do parameters (an AuditConfig built in Python)
     out = run_dir(cfg)
     with StagedRunDir(out, command="audit", name=cfg.name, config=cfg.to_dict(),
                       defaults=AuditConfig().to_dict(), overwrite=overwrite) as stage:

@@ -11,7 +11,7 @@ import numpy as np
 
 from miaudit import metrics
 from miaudit.attacks import TargetView, get_attack, run_attack
-from miaudit.attacks.base import AttackRun, ThresholdRows
+from miaudit.attacks.base import AttackRun, ThresholdRows, check_attack_params
 from miaudit.config import CanariesConfig, MetricsConfig
 from miaudit.errors import AttackError
 from miaudit.pipeline.epsilon import MODEL_FREE_REASON, EpsilonPlan, privacy_audit
@@ -180,9 +180,9 @@ def evaluate_bank(
     some model-free measurement tells apart withholds any refutation of the claim.
     """
     metric_cfg = metric_cfg or MetricsConfig()
-    attack_params = attack_params or {}
     for name in attacks:
         get_attack(name)  # unknown names fail before any work
+    attack_params = check_attack_params(attack_params)  # and so do their parameters
     view = TargetView.of(bank, target)
     members = bank.membership[target][bank.audit]
     if members.all() or not members.any():

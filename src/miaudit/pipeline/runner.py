@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from miaudit.attacks import get_attack
+from miaudit.attacks.base import check_attack_params
 from miaudit.config import RunConfig, dump_config
 from miaudit.io import StagedRunDir, write_text
 from miaudit.pipeline.bank import BuiltBank, build_bank
@@ -72,6 +73,7 @@ def run(
     failing or interrupted run leaves the previous one intact."""
     for name in cfg.attacks:
         get_attack(name)
+    check_attack_params(cfg.attack_params)  # a RunConfig built in Python skipped its _check
     resolve_recipes(cfg)  # a bad recipe field fails before the dataset loads
     check_canaries(cfg)  # so do canaries that could never certify ε > 0
     out = run_dir_for(cfg)
