@@ -36,9 +36,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from miaudit.config import load_config
+
+    cfg = load_config(args.config)  # a bad config fails before the pipeline's imports (torch)
     from miaudit.pipeline import run
 
-    cfg = load_config(args.config)
     if args.out:
         cfg.output = args.out
     run(cfg, progress=not args.quiet, overwrite=args.overwrite)

@@ -225,6 +225,7 @@ def _check_types(cfg: RunConfig) -> None:
          f"design must be one of {', '.join(design_names())}; got {cfg.design!r}.")
     _check_split_members(cfg)
     _check_canaries(cfg)
+    _check_attacks(cfg)  # first of the sections that name things: it needs no torch
     from miaudit.models.text import TOKENIZERS
 
     need(cfg.dataset.tokenizer in TOKENIZERS,
@@ -233,8 +234,6 @@ def _check_types(cfg: RunConfig) -> None:
     need(isinstance(cfg.dataset.bpe_vocab_size, int) and cfg.dataset.bpe_vocab_size >= 300,
          "dataset.bpe_vocab_size must be an integer >= 300 (the 256 bytes, the special tokens "
          "and some merges).")
-    need(isinstance(cfg.attacks, list) and all(isinstance(a, str) for a in cfg.attacks),
-         "attacks must be a list of attack names (see `miaudit attacks`).")
     _check_recipes(cfg)
     from miaudit.train.checkpoints import CheckpointSpec  # checks the positions
 
@@ -242,16 +241,27 @@ def _check_types(cfg: RunConfig) -> None:
         cfg.checkpoints = CheckpointsConfig()
 
     CheckpointSpec(cfg.checkpoints.epochs, cfg.checkpoints.steps)
-    need(isinstance(cfg.attack_params, dict), "attack_params must map attack names to mappings.")
     need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
          f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
     need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
     _check_forgetting(cfg)
-    for name in cfg.attack_params:
-        need(name in cfg.attacks, f"attack_params names '{name}', which is not in attacks.")
-    if cfg.attack_params:  # names and values, before any model trains
-        from miaudit.attacks.base import check_attack_params
 
+
+def _check_attacks(cfg: RunConfig) -> None:
+    """``attacks`` (known names) and ``attack_params`` (names and values), before any model
+    trains (miaudit.attacks.base.check_attack_params)."""
+    if not (isinstance(cfg.attacks, list) and all(isinstance(a, str) for a in cfg.attacks)):
+        raise ConfigError("attacks must be a list of attack names (see `miaudit attacks`).")
+    from miaudit.attacks.base import check_attack_params, get_attack
+
+    for name in cfg.attacks:
+        get_attack(name)  # an unknown name, with did-you-mean
+    if not isinstance(cfg.attack_params, dict):
+        raise ConfigError("attack_params must map attack names to mappings.")
+    for name in cfg.attack_params:
+        if name not in cfg.attacks:
+            raise ConfigError(f"attack_params names '{name}', which is not in attacks.")
+    if cfg.attack_params:
         check_attack_params(cfg.attack_params)
 
 

@@ -31,13 +31,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from miaudit.errors import ConfigError
-from miaudit.signals.assemble import Signals, assemble_bank
 from miaudit.signals.bank import SignalBank
+
+if TYPE_CHECKING:  # the assembly imports torch: a config check needs the designs, not it
+    from miaudit.signals.assemble import Signals
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,8 @@ class Design:
         """The bank of the design's models' ``signals`` (queried on ``split.rows``);
         ``labels`` (and a text dataset's ``texts``) are the dataset's [n_rows]."""
         rows = self.split.rows
+        from miaudit.signals.assemble import assemble_bank
+
         return assemble_bank(signals, np.asarray(labels)[rows], self.membership,
                              self.audit_mask(), self.population_mask(),
                              None if texts is None else np.asarray(texts)[rows],

@@ -96,7 +96,11 @@ def test_defended_outputs_and_label_only_channel(tmp_path):
 
 
 def test_unknown_attack_fails_before_training(tmp_path):
-    cfg = _tiny_config(tmp_path, attacks=["loss", "lira-ofline"])
+    with pytest.raises(AttackError, match="unknown attack 'lira-ofline'. Did you mean "
+                                          "lira-offline"):
+        _tiny_config(tmp_path, attacks=["loss", "lira-ofline"])  # the config refuses it
+    cfg = _tiny_config(tmp_path)
+    cfg.attacks = ["loss", "lira-ofline"]  # set after the checks: the run refuses it
     with pytest.raises(AttackError, match="unknown attack"):
         run(cfg, progress=False)
     assert not (tmp_path / "cache").exists()
