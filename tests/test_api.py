@@ -19,10 +19,10 @@ from safetensors.torch import save_file
 from sklearn.datasets import load_digits
 
 import miaudit
-from miaudit.audit.config import audit_config
 from miaudit.cli import main
 from miaudit.config import MetricsConfig, config_from_dict, read_yaml
 from miaudit.errors import ConfigError
+from miaudit.external.config import audit_config
 from miaudit.models.user import resolve_object
 from miaudit.pipeline import evaluate_bank
 from miaudit.report.strength import ranked
@@ -275,3 +275,67 @@ def test_an_in_memory_function_audits_as_its_import_path_does(torch_user, tmp_pa
                  "--out", str(tmp_path / "cli"), "--quiet"]) == 0
     assert (tmp_path / "cli" / "scores.csv").read_text() == scores_csv(result)
     assert result.meta["target_kind"] == "function"
+
+
+def test_the_api_names_are_plain_functions():
+    """miaudit.audit is the function, not a module made callable: its own signature and
+    docstring, and importing the package behind `miaudit audit` does not rebind it."""
+    import inspect
+
+    import miaudit.external.run  # noqa: F401  (the package behind `miaudit audit`)
+    from miaudit import api
+
+    for name in ("attack", "audit", "run", "strongest", "ranked"):
+        assert getattr(miaudit, name) is getattr(api, name)
+        assert inspect.isfunction(getattr(miaudit, name))
+    assert miaudit.audit.__doc__.startswith("Audit a model trained elsewhere")
+    assert list(inspect.signature(miaudit.audit).parameters)[:3] == ["model", "data", "members"]
+    assert (Path(miaudit.__file__).parent / "py.typed").is_file()
+
+
+def test_ambiguous_model_strings_are_refused_with_both_readings(torch_user, tmp_path):
+    """"nets.py:Net" without weights= reads as a class missing its weights or a prediction
+    function: refused, before any work, naming both; so is a weights file or a class given as
+    the model. The command line's --predict refuses a class alike."""
+    root = torch_user["root"]
+    args = {"data": "digits", "members": torch_user["members"], "out": tmp_path / "run"}
+    with pytest.raises(ConfigError) as refused:
+        miaudit.audit(model=f"{root / 'nets.py'}:Net", **args)
+    message = str(refused.value)
+    assert "names an nn.Module class, Net" in message
+    assert "needs its trained weights" in message and ":Net', weights='FILE'" in message
+    assert "'file.py:function'" in message
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match=r"is a weights file.*weights='.*net\.safetensors'"):
+        miaudit.audit(model=str(root / "net.safetensors"), **args)
+    with pytest.raises(ConfigError, match="the class Net itself, not a trained model"):
+        miaudit.audit(model=type(torch_user["net"]), **args)
+    # the two readings given as such still work: the class with its weights, the function
+    cls = miaudit.audit(model=f"{root / 'nets.py'}:Net", weights=root / "net.safetensors",
+                        model_kwargs={"hidden": 16}, references=0, attacks="loss",
+                        data="digits", members=torch_user["members"], out=tmp_path / "cls",
+                        progress=False)
+    assert cls.meta["target_kind"] == "torch"
+    fn = miaudit.audit(model=f"{root / 'nets.py'}:predict_proba", references=0,
+                       attacks="loss", data="digits", members=torch_user["members"],
+                       out=tmp_path / "fn", progress=False)
+    assert fn.meta["target_kind"] == "function"
+
+
+def test_the_command_line_refuses_a_class_as_a_prediction_function(torch_user, tmp_path,
+                                                                   capsys):
+    root = torch_user["root"]
+    assert main(["audit", "--predict", f"{root / 'nets.py'}:Net", "--data", "digits",
+                 "--members", str(root / "members.txt"), "--out", str(tmp_path / "cli"),
+                 "--quiet"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "model.predict (--predict)" in err and "names an nn.Module class, Net" in err
+    assert f"--model {root / 'nets.py'}:Net --weights FILE" in err
+    assert "'file.py:function'" in err
+
+
+def test_attack_refuses_parameters_of_an_attack_not_chosen(digits_bank):
+    """As `miaudit attack --params` (and attack_params in a config) do: they would be
+    ignored."""
+    with pytest.raises(ConfigError, match="params names 'rmia', which is not in attacks"):
+        miaudit.attack(digits_bank, attacks=["loss"], params={"rmia": {"gamma": 2}})

@@ -165,7 +165,7 @@ def test_resolving_an_unchecked_config_names_the_key():
 
 @pytest.mark.parametrize(("key", "value"), UNTRAINABLE, ids=str)
 def test_audit_reference_recipes_that_cannot_train_are_refused(key, value):
-    from miaudit.audit.config import audit_config
+    from miaudit.external.config import audit_config
 
     data = {"model": {"estimator": "m.joblib"},
             "data": {"dataset": "digits", "members": "members.txt"},

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from miaudit.audit.config import audit_config
 from miaudit.config import load_config, read_yaml
+from miaudit.external.config import audit_config
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 

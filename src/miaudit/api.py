@@ -7,8 +7,11 @@
 - :func:`strongest` / :func:`ranked`: the attacks in the report's order of strength.
 
 Each returns an :class:`~miaudit.results.AuditResult` (``to_frame()``, per attack
-``outcome.summary``). The work is the command line's own (``evaluate_bank``, the pipeline's
-``run``, ``run_audit``), so both give the same numbers for the same inputs. Heavy modules
+``outcome.summary``). The command line is a parser over these functions: ``miaudit run`` and
+``miaudit demo`` call :func:`run`, ``miaudit attack`` calls :func:`attack` (then writes the
+report), and ``miaudit audit`` builds its config with the functions :func:`audit` uses
+(:func:`miaudit.external.config.options_mapping` and :func:`~miaudit.external.config.resolve`)
+before ``run_audit``; so both give the same numbers for the same inputs. Heavy modules
 (torch, the pipeline) are imported inside the functions: ``import miaudit`` stays cheap.
 """
 
@@ -31,7 +34,10 @@ __all__ = ["attack", "run", "audit", "ranked", "strongest"]
 # model files by suffix: a pickled estimator, or precomputed outputs (as the CLI names them)
 _ESTIMATOR_SUFFIXES = (".joblib", ".pkl", ".pickle")
 _OUTPUT_SUFFIXES = (".npz", ".csv", ".parquet", ".pq")
-_TABLES = (".csv", ".parquet", ".pq")
+# files of weights, which are not a model without their class
+_WEIGHTS_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
+# how miaudit.audit spells the two readings of "file.py:Name" (sources.prediction_function)
+_API_WORDS = {"given": "model={spec!r}", "weights": "model={spec!r}, weights='FILE'"}
 
 
 @contextlib.contextmanager
@@ -47,24 +53,17 @@ def _bars(progress: bool) -> Iterator[None]:
         yield
 
 
-def _attack_names(attacks: str | Sequence[str] | None) -> list[str] | None:
-    if attacks is None:
-        return None
-    if isinstance(attacks, str):  # "loss,rmia", as the command line takes them
-        return [a.strip() for a in attacks.split(",") if a.strip()]
-    return list(attacks)
-
-
 def _metrics_config(metrics: MetricsConfig | Mapping[str, Any] | None) -> MetricsConfig | None:
     from miaudit.config import MetricsConfig, build_config
 
     if metrics is None or isinstance(metrics, MetricsConfig):
         return metrics
-    return build_config(MetricsConfig, dict(metrics), {}, "metrics")
+    built: MetricsConfig = build_config(MetricsConfig, dict(metrics), {}, "metrics")
+    return built
 
 
 def attack(
-    bank: SignalBank | str | os.PathLike,
+    bank: SignalBank | str | os.PathLike[str],
     target: int = 0,
     attacks: str | Sequence[str] | None = None,
     params: Mapping[str, Mapping[str, Any]] | None = None,
@@ -80,40 +79,43 @@ def attack(
     supports, those it cannot (no references, no channel) listed in ``meta["skipped"]``.
     ``params``: ``{attack: {param: value}}``. ``metrics``: a MetricsConfig or its fields
     (``{"fprs": [0.001, 0.01], "bootstrap": 200, ...}``).
+    ``miaudit attack`` is this function and a report written from its result.
     """
     from miaudit.attacks import list_attacks
     from miaudit.attacks.base import check_attack_params
-    from miaudit.errors import ConfigError
-    from miaudit.pipeline import evaluate_bank
+    from miaudit.config import split_names
+    from miaudit.pipeline.evaluate import evaluate_bank
     from miaudit.signals import SignalBank
 
-    if params is not None and not isinstance(params, Mapping):
-        raise ConfigError("params must be a mapping {attack: {param: value}}.")
-    checked = check_attack_params(params, "params")  # before the bank loads
+    given = split_names(attacks)
+    # names and values before the bank loads (the command line has checked them already, in
+    # its own words: --params, --attacks)
+    checked = check_attack_params(params, "params", selected=given)
     source = None
     if not isinstance(bank, SignalBank):
         source = os.fspath(bank)
-        bank = SignalBank.load(source)
-    names = _attack_names(attacks)
-    if names is None:  # every attack the bank can support (the command line's rule)
+        bank = SignalBank.load(source)  # logits mapped from the file, not copied
+    names = given
+    if names is None:  # every attack the bank can support
         names = [s.name for s in list_attacks() if s.needs.channel is None
                  or s.needs.channel in bank.channels]
     with _bars(progress):
         result = evaluate_bank(
             bank, target, names, checked,
-            _metrics_config(metrics), seed=seed, skip_unsupported=attacks is None,
+            _metrics_config(metrics), seed=seed, skip_unsupported=given is None,
             progress=progress,
         )
-    result.meta.update({"n_models": bank.n_models, "queries": bank.n_queries,
-                        "audit_samples": int(bank.audit.sum())})
     if source is not None:
         result.meta["bank"] = source
+    audit = bank.audit  # set by the bank (None only as a constructor argument)
+    result.meta.update({"n_models": bank.n_models, "queries": bank.n_queries,
+                        "audit_samples": 0 if audit is None else int(audit.sum())})
     return result
 
 
 def run(
-    config: RunConfig | Mapping[str, Any] | str | os.PathLike,
-    out: str | os.PathLike | None = None,
+    config: RunConfig | Mapping[str, Any] | str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
     progress: bool = True,
     echo: bool = False,
     *,
@@ -129,7 +131,6 @@ def run(
     refused unless ``overwrite=True`` (``--overwrite``); the same config reruns into its own.
     """
     from miaudit.config import RunConfig, config_from_dict, load_config
-    from miaudit.pipeline import run as run_pipeline
 
     if isinstance(config, RunConfig):
         cfg = copy.deepcopy(config)  # `out` must not change the caller's config
@@ -139,6 +140,9 @@ def run(
         cfg = load_config(config)
     if out is not None:
         cfg.output = os.fspath(out)
+    # a bad config has failed by now, before the pipeline's imports (torch)
+    from miaudit.pipeline.runner import run as run_pipeline
+
     with _bars(progress):
         result, path = run_pipeline(cfg, progress=progress, echo=echo, overwrite=overwrite)
     result.out = path
@@ -195,14 +199,51 @@ def _check_kwargs(model: Any, spec: str, kwargs: Mapping[str, Any]) -> None:
         )
 
 
+def _model_key(text: str, weights: str | os.PathLike[str] | None) -> str:
+    """The model-section key a model given as a string fills: what the command line's flag
+    for it would be (``--hf-model``, ``--estimator``, ``--outputs``, ``--model`` with
+    ``--weights``, ``--predict``). "file.py:Name" without weights must name a function: a
+    class is refused, as a weights file given as the model is."""
+    from miaudit.errors import ConfigError
+
+    suffix = Path(text).suffix.lower()
+    if Path(text).is_dir():  # a Hugging Face save_pretrained folder
+        return "hf_model"
+    if suffix in _ESTIMATOR_SUFFIXES:
+        return "estimator"
+    if suffix in _OUTPUT_SUFFIXES:
+        return "outputs"
+    if ":" in text:  # a class (with its weights) or a prediction function
+        if weights is not None:
+            return "module"
+        from miaudit.external.sources import prediction_function
+
+        prediction_function(text, _API_WORDS)  # a class here is refused, both readings named
+        return "predict"
+    if suffix in _WEIGHTS_SUFFIXES:
+        raise ConfigError(
+            f"model={text!r} is a weights file, which is no model without its class: give "
+            f"the class as model='file.py:Class' (or 'pkg.module:Class') and the file as "
+            f"weights={text!r}. A whole model saved with torch.save: load it and pass the "
+            "nn.Module itself as model=."
+        )
+    raise ConfigError(
+        f"model={text!r}: give an estimator file (.joblib/.pkl), an outputs file "
+        "(.npz/.csv/.parquet), a Hugging Face model folder, "
+        "'file.py:Class' or 'pkg.module:Class' with weights=..., "
+        "'file.py:function' or 'pkg.module:function' (a black box), or the model object "
+        "itself."
+    )
+
+
 def _model_section(
-    model: Any, weights: str | os.PathLike | None, model_kwargs: Mapping[str, Any] | None,
+    model: Any, weights: str | os.PathLike[str] | None, model_kwargs: Mapping[str, Any] | None,
     references: int, recipe: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
     """The audit config's model section for ``model``: a path or import path as the command
     line takes it, or an in-memory object (``instance``)."""
-    from miaudit.audit.config import instance_kind
     from miaudit.errors import ConfigError
+    from miaudit.external.config import instance_kind
 
     section: dict[str, Any] = {}
     if model_kwargs is not None:
@@ -211,25 +252,16 @@ def _model_section(
         section["weights"] = os.fspath(weights)
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
-        suffix = Path(text).suffix.lower()
-        if Path(text).is_dir():  # a Hugging Face save_pretrained folder
-            section["hf_model"] = text
-        elif suffix in _ESTIMATOR_SUFFIXES:
-            section["estimator"] = text
-        elif suffix in _OUTPUT_SUFFIXES:
-            section["outputs"] = text
-        elif ":" in text:  # a class (with its weights) or a prediction function
-            section["module" if weights is not None else "predict"] = text
-        else:
-            raise ConfigError(
-                f"model={text!r}: give an estimator file (.joblib/.pkl), an outputs file "
-                "(.npz/.csv/.parquet), a Hugging Face model folder, "
-                "'file.py:Class' or 'pkg.module:Class' with weights=..., "
-                "'pkg.module:function' (a black box), or the model object itself."
-            )
+        section[_model_key(text, weights)] = text
         return section
     if model is None:
         raise ConfigError("model is required: a model object, a file or an import path.")
+    if isinstance(model, type):  # the class, not a trained model
+        raise ConfigError(
+            f"model is the class {model.__qualname__} itself, not a trained model: pass the "
+            "trained object (an nn.Module with its weights loaded, a fitted estimator), or "
+            f"model='file.py:{model.__qualname__}' with weights= (its state_dict file)."
+        )
     section["instance"] = model
     if instance_kind(model) != "torch":
         return section
@@ -296,12 +328,12 @@ def audit(
     references: int = 4,
     recipe: Mapping[str, Any] | None = None,
     attacks: str | Sequence[str] | None = None,
-    out: str | os.PathLike | None = None,
+    out: str | os.PathLike[str] | None = None,
     *,
-    weights: str | os.PathLike | None = None,
+    weights: str | os.PathLike[str] | None = None,
     model_kwargs: Mapping[str, Any] | None = None,
     output_kind: str | None = None,
-    public_outputs: str | os.PathLike | None = None,
+    public_outputs: str | os.PathLike[str] | None = None,
     preprocessing: str | None = None,
     label_column: str | None = None,
     text_column: str | None = None,
@@ -309,7 +341,7 @@ def audit(
     population: float | None = None,
     allow_fewer_reference_rows: bool = False,
     max_length: int | None = None,
-    reference_base: str | os.PathLike | None = None,
+    reference_base: str | os.PathLike[str] | None = None,
     progress: bool = True,
     echo: bool = False,
     overwrite: bool = False,
@@ -324,12 +356,15 @@ def audit(
     outputs file (``.npz``/``.csv``/``.parquet``), a Hugging Face ``save_pretrained`` folder
     (texts tokenized to ``max_length``; references fine-tuned from ``reference_base``, the
     checkpoint it was fine-tuned from), ``"file.py:Class"`` / ``"pkg.mod:Class"``
-    with ``weights=`` (and ``model_kwargs=``), ``"pkg.mod:function"`` (a black box) — or an
-    object: a fitted scikit-learn estimator (references are clones of it), a torch
-    ``nn.Module`` (references are its class with ``recipe``, built with ``model_kwargs``; the
-    class must be importable by path for that) or a function ``X -> [n, classes]`` outputs.
-    The object itself is queried (a torch module through a copy); audit.yaml records it as
-    "in memory", so such a run is not rerun from that file.
+    with ``weights=`` (and ``model_kwargs=``), ``"file.py:function"`` /
+    ``"pkg.mod:function"`` (a black box) — or an object: a fitted scikit-learn estimator
+    (references are clones of it), a torch ``nn.Module`` (references are its class with
+    ``recipe``, built with ``model_kwargs``; the class must be importable by path for that) or
+    a function ``X -> [n, classes]`` outputs. The object itself is queried (a torch module
+    through a copy); audit.yaml records it as "in memory", so such a run is not rerun from that
+    file. What reads two ways is refused before any work, both readings named: a
+    ``"module:Name"`` naming a class without ``weights=`` (not a prediction function), a
+    weights file as ``model``, a class instead of a trained object.
 
     ``data``: a dataset name, a data file, or arrays ``(X, y)``; ``members`` /
     ``nonmembers`` / ``public_rows``: row indices, a boolean mask over the rows, or a file
@@ -350,8 +385,9 @@ def audit(
     """
     import tempfile
 
-    from miaudit.audit.config import absolute_paths, audit_config, merge
-    from miaudit.audit.run import run_audit
+    from miaudit.config import split_names
+    from miaudit.external.config import options_mapping, resolve
+    from miaudit.external.run import run_audit
     from miaudit.io import API_TEMP_PREFIX
 
     # the run's identity names files in this folder alike every time (miaudit.io): arrays given
@@ -359,60 +395,36 @@ def audit(
     with tempfile.TemporaryDirectory(prefix=API_TEMP_PREFIX) as tmp:
         folder = Path(tmp)
         model_sec = _model_section(model, weights, model_kwargs, references, recipe)
-        if output_kind is not None:
-            model_sec["output_kind"] = output_kind
-        if public_outputs is not None:
-            model_sec["public_outputs"] = os.fspath(public_outputs)
-        if max_length is not None:
-            model_sec["max_length"] = max_length
-        dataset = _data_file(data, folder, "data", "data")
-        data_sec: dict[str, Any] = {"dataset": dataset}
-        if members is not None:
-            data_sec["members"] = _rows_file(members, folder, "members", "members")
-        if membership_column is not None:
-            data_sec["membership_column"] = membership_column
-        if nonmembers is not None:
-            data_sec["nonmembers"] = _rows_file(nonmembers, folder, "nonmembers", "nonmembers")
-        public_sec: dict[str, Any] = {}
-        if public is not None:
-            public_sec["dataset"] = _data_file(public, folder, "public", "public")
-        if public_rows is not None:
-            public_sec["rows"] = _rows_file(public_rows, folder, "public_rows", "public_rows")
-        if population is not None:
-            public_sec["population"] = population
-        # loader options as the command line sets them: a label column for every table file,
-        # the preprocessing for the audit data and a public dataset named by registry name
-        for key, value in (("label_column", label_column), ("text_column", text_column)):
-            for section in (data_sec, public_sec) if value is not None else ():
-                name = section.get("dataset")
-                if name and Path(name).suffix.lower() in (*_TABLES, ".jsonl"):
-                    section.setdefault("options", {})[key] = value
-        if preprocessing is not None:
-            data_sec.setdefault("options", {})["preprocessing"] = preprocessing
-            name = public_sec.get("dataset")
-            if name and Path(name).suffix.lower() not in (".npz", *_TABLES):
-                public_sec.setdefault("options", {})["preprocessing"] = preprocessing
-        refs: dict[str, Any] = {"models": references}
-        if recipe is not None:
-            refs["recipe"] = dict(recipe)
-        if allow_fewer_reference_rows:
-            refs["allow_fewer_rows"] = True
-        if reference_base is not None:
-            refs["base"] = os.fspath(reference_base)
-        mapping: dict[str, Any] = {"model": model_sec, "data": data_sec, "references": refs}
-        if public_sec:
-            mapping["public"] = public_sec
-        names = _attack_names(attacks)
-        if names is not None:
-            mapping["attacks"] = names
-        if out is not None:
-            mapping["output"] = os.fspath(out)
-        mapping = absolute_paths(merge(mapping, options), Path.cwd())
-        cfg = audit_config(mapping)
+        model_sec.update({"output_kind": output_kind, "max_length": max_length,
+                          "public_outputs": _path(public_outputs)})
+        given = options_mapping(  # what miaudit audit's flags of the same names set
+            model_sec,
+            dataset=_data_file(data, folder, "data", "data"),
+            members=_rows(members, folder, "members"),
+            membership_column=membership_column,
+            nonmembers=_rows(nonmembers, folder, "nonmembers"),
+            public=None if public is None else _data_file(public, folder, "public", "public"),
+            public_rows=_rows(public_rows, folder, "public_rows"),
+            population=population, label_column=label_column, text_column=text_column,
+            preprocessing=preprocessing, references=references, recipe=recipe,
+            allow_fewer_reference_rows=allow_fewer_reference_rows,
+            reference_base=_path(reference_base), attacks=split_names(attacks),
+            output=_path(out),
+        )
+        # relative paths are read from the current directory, as the command line's flags
+        cfg = resolve((given, Path.cwd()), (options, Path.cwd()))
         with _bars(progress):
             result, path = run_audit(cfg, progress=progress, echo=echo, overwrite=overwrite)
     result.out = path
     return result
+
+
+def _path(value: str | os.PathLike[str] | None) -> str | None:
+    return None if value is None else os.fspath(value)
+
+
+def _rows(rows: Any, folder: Path, name: str) -> str | None:
+    return None if rows is None else _rows_file(rows, folder, name, name)
 
 
 def ranked(result: AuditResult) -> list[AttackOutcome]:

@@ -3,7 +3,7 @@
 
 Every cache key covers the code that made the model (:func:`miaudit.train.cache.cache_version`
 for torch models: the file layout, the training code's digest and miaudit's version;
-:meth:`miaudit.audit.references.SklearnCache.version` for scikit-learn references, plus
+:meth:`miaudit.external.references.SklearnCache.version` for scikit-learn references, plus
 scikit-learn's version), and every entry's json records those values. So an entry is
 **reachable** when its json records this code's values (some key of this code is its key), and
 **stale** otherwise: a key of this code never equals its key, so nothing will read it again.
@@ -111,7 +111,7 @@ def current_stores(root: Path) -> list[Store]:
     folder = root / SKLEARN_FOLDER
     if folder.is_dir():
         try:
-            from miaudit.audit.references import SklearnCache
+            from miaudit.external.references import SklearnCache
 
             current = SklearnCache.version()
         except ImportError:  # no scikit-learn here: no key of this code reaches its entries

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from miaudit.audit import cli as audit_cli
 from miaudit.errors import MiauditError
+from miaudit.external import cli as audit_cli
 from miaudit.studies import cli as study_cli
 
 OVERWRITE_HELP = ("replace the run in the output folder even if another command or config "
@@ -24,36 +24,28 @@ def _demo_config_path() -> Path:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from miaudit.config import config_from_dict
-    from miaudit.pipeline import run
+    from miaudit.api import run
 
     data = yaml.safe_load(_demo_config_path().read_text(encoding="utf-8"))
-    if args.out:
-        data["output"] = args.out
-    run(config_from_dict(data), progress=not args.quiet, overwrite=args.overwrite)
+    run(data, out=args.out, progress=not args.quiet, echo=True, overwrite=args.overwrite)
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from miaudit.config import load_config
+    from miaudit.api import run
 
-    cfg = load_config(args.config)  # a bad config fails before the pipeline's imports (torch)
-    from miaudit.pipeline import run
-
-    if args.out:
-        cfg.output = args.out
-    run(cfg, progress=not args.quiet, overwrite=args.overwrite)
+    run(args.config, out=args.out, progress=not args.quiet, echo=True,
+        overwrite=args.overwrite)
     return 0
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
+    """:func:`miaudit.attack`, and its result written as a report into --out."""
     # only what scoring needs, and the report's modules (matplotlib) once the bank is gone
-    from miaudit.attacks import list_attacks
+    from miaudit.api import attack
     from miaudit.attacks.base import check_attack_params
-    from miaudit.config import MetricsConfig
+    from miaudit.config import MetricsConfig, split_names
     from miaudit.io import StagedRunDir
-    from miaudit.pipeline.evaluate import evaluate_bank
-    from miaudit.signals import SignalBank
 
     try:
         params = yaml.safe_load(args.params) if args.params else {}
@@ -61,11 +53,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
         raise MiauditError(f"--params is not valid YAML: {exc}") from exc
     if not isinstance(params, dict):
         raise MiauditError("--params must be a YAML/JSON mapping {attack: {param: value}}.")
-    given = [a.strip() for a in args.attacks.split(",") if a.strip()] if args.attacks else None
-    for name in params if given is not None else ():
-        if name not in given:
-            raise MiauditError(f"--params names '{name}', which is not in --attacks.")
-    params = check_attack_params(params, "--params")  # before the bank loads
+    given = split_names(args.attacks) if args.attacks else None
+    # in the flags' words, before the output folder is staged (miaudit.attack checks again)
+    params = check_attack_params(params, "--params", selected=given, selected_where="--attacks")
     metrics = MetricsConfig()
     # recorded as a run records its config: the report reads the level of its CIs from it
     config = {"bank": str(Path(args.bank).resolve()), "target": args.target,
@@ -78,18 +68,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
                           name=f"{args.bank}, target {args.target}", config=config,
                           overwrite=args.overwrite)
     staged.check()
-    bank = SignalBank.load(args.bank)  # logits mapped from the file, not copied
-    if given is not None:
-        names = given
-    else:  # every attack the bank can support
-        names = [s.name for s in list_attacks() if s.needs.channel is None
-                 or s.needs.channel in bank.channels]
-    result = evaluate_bank(bank, args.target, names, params, metrics, seed=args.seed,
-                           skip_unsupported=not args.attacks)
-    result.meta.update({"bank": str(args.bank), "n_models": bank.n_models,
-                        "queries": bank.n_queries, "audit_samples": int(bank.audit.sum()),
-                        "config": config})
-    del bank  # the report reads the scores only: the bank and its statistics go first
+    # the bank is loaded, scored and let go inside: the report reads the scores only
+    result = attack(str(args.bank), args.target, given, params, metrics, seed=args.seed)
+    result.meta["config"] = config
     from miaudit.report import format_table, write_report
 
     with staged as stage:

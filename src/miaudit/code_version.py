@@ -18,7 +18,7 @@ moves far less between releases (where it does, the cost is one retraining).
 
 A module is listed by name and read through its import spec (the file this process imports).
 The sources are read when the code that uses them is imported (:func:`pin_sources`, called by
-:mod:`miaudit.train.cache` and :mod:`miaudit.audit.references`), so a file edited while a
+:mod:`miaudit.train.cache` and :mod:`miaudit.external.references`), so a file edited while a
 process runs does not relabel the models its old code trains; the digest is computed once per
 process, at first use (:func:`trainer_digest`). Leaving a module out that does decide the
 weights lets the cache serve stale models; listing one that does not only costs a retraining
@@ -79,7 +79,7 @@ NOT_TRAINER_CODE: dict[str, str] = {
 # The modules whose code decides a fitted scikit-learn reference estimator (``SklearnCache``;
 # the fit itself is scikit-learn's, whose version is in the key too).
 SKLEARN_FIT_CODE: dict[str, str] = {
-    "miaudit.audit.references": "the clone, its random_state per reference, the rows and "
+    "miaudit.external.references": "the clone, its random_state per reference, the rows and "
                                 "columns it is fitted on",
 }
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import yaml
 
@@ -111,6 +113,24 @@ class CanariesConfig:
         check_alpha(self.alpha, "canaries.alpha")
         if self.delta is not None:
             check_delta(self.delta, "canaries.delta")
+
+
+@overload
+def split_names(value: None) -> None: ...
+
+
+@overload
+def split_names(value: str | Sequence[str]) -> list[str]: ...
+
+
+def split_names(value: str | Sequence[str] | None) -> list[str] | None:
+    """Names as a list: ``"loss, rmia"`` (comma-separated, as the command line takes attack
+    and query names) or a sequence of names; None stays None (not given)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return list(value)
 
 
 def _real(value: Any, name: str) -> float:
@@ -258,11 +278,7 @@ def _check_attacks(cfg: RunConfig) -> None:
         get_attack(name)  # an unknown name, with did-you-mean
     if not isinstance(cfg.attack_params, dict):
         raise ConfigError("attack_params must map attack names to mappings.")
-    for name in cfg.attack_params:
-        if name not in cfg.attacks:
-            raise ConfigError(f"attack_params names '{name}', which is not in attacks.")
-    if cfg.attack_params:
-        check_attack_params(cfg.attack_params)
+    check_attack_params(cfg.attack_params, selected=cfg.attacks)
 
 
 def _check_split_members(cfg: RunConfig) -> None:
@@ -396,7 +412,7 @@ def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
     return cfg
 
 
-def read_yaml(path: str | Path, what: str = "config") -> dict[str, Any]:
+def read_yaml(path: str | os.PathLike[str], what: str = "config") -> dict[str, Any]:
     """A YAML mapping from a file, with clear errors."""
     path = Path(path)
     if not path.is_file():
@@ -412,7 +428,7 @@ def read_yaml(path: str | Path, what: str = "config") -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path) -> RunConfig:
+def load_config(path: str | os.PathLike[str]) -> RunConfig:
     return config_from_dict(read_yaml(path))
 
 

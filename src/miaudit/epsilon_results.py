@@ -72,7 +72,8 @@ class _HalvesRecord:
     def _bound_type(cls) -> type:
         import miaudit.privacy
 
-        return getattr(miaudit.privacy, cls.BOUND_TYPE)
+        found: type = getattr(miaudit.privacy, cls.BOUND_TYPE)
+        return found
 
     @property
     def value(self) -> float | None:
@@ -180,8 +181,10 @@ class OneRunEpsilon:
 
 
 # How each key's dict is typed.
-EPSILON_TYPES: dict[str, type] = {EPSILON_LOWER_BOUND: ThresholdEpsilon,
-                                  GAUSSIAN_DP_LOWER_BOUND: ThresholdGaussianDP,
-                                  CANARY_EPSILON_LOWER_BOUND: ThresholdEpsilon,
-                                  CANARY_GAUSSIAN_DP_LOWER_BOUND: ThresholdGaussianDP,
-                                  ONE_RUN: OneRunEpsilon}
+EPSILON_TYPES: dict[str, type[ThresholdEpsilon | ThresholdGaussianDP | OneRunEpsilon]] = {
+    EPSILON_LOWER_BOUND: ThresholdEpsilon,
+    GAUSSIAN_DP_LOWER_BOUND: ThresholdGaussianDP,
+    CANARY_EPSILON_LOWER_BOUND: ThresholdEpsilon,
+    CANARY_GAUSSIAN_DP_LOWER_BOUND: ThresholdGaussianDP,
+    ONE_RUN: OneRunEpsilon,
+}

@@ -142,6 +142,9 @@ class AttackMetrics:
             ))
         bal, threshold = metrics.get("balanced_accuracy"), metrics.get("threshold")
         auc = metrics.get("auc")
+        # each key its own type (EPSILON_TYPES): the fields' types, key by key
+        bounds: dict[str, Any] = {key: EPSILON_TYPES[key].from_dict(metrics[key])
+                                  for key in EPSILON_KEYS if metrics.get(key) is not None}
         return cls(
             auc=None if auc is None else float(auc),
             auc_ci=_ci(metrics.get("auc_ci")),
@@ -155,8 +158,7 @@ class AttackMetrics:
             ),
             balanced_accuracy=None if bal is None else float(bal),
             threshold=None if threshold is None else float(threshold),
-            **{key: EPSILON_TYPES[key].from_dict(metrics[key]) for key in EPSILON_KEYS
-               if metrics.get(key) is not None},
+            **bounds,
         )
 
     def to_dict(self) -> dict[str, Any]:

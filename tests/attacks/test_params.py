@@ -315,7 +315,7 @@ def test_the_shape_of_attack_params_is_checked():
         check_attack_params({"rmia": 2})
     assert check_attack_params({"rmia": None}) == {"rmia": {}}
     with pytest.raises(ConfigError, match="must map attack names"):
-        from miaudit.audit.config import audit_config
+        from miaudit.external.config import audit_config
 
         audit_config({"model": {"estimator": "m.joblib"},
                       "data": {"dataset": "digits", "members": "m.txt"},

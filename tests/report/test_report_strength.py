@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from miaudit.audit.verdict import make_verdict
+from miaudit.external.verdict import make_verdict
 from miaudit.metrics import support_warning
 from miaudit.report import format_table
 from miaudit.report.html import render_html

@@ -160,7 +160,7 @@ def test_interrupted_metadata_write_is_not_cached(tmp_path, digits, monkeypatch,
 def _fit_sklearn(root, digits):
     from sklearn.linear_model import LogisticRegression
 
-    from miaudit.audit.references import SklearnCache
+    from miaudit.external.references import SklearnCache
 
     x, y = digits
     store = SklearnCache(root)
@@ -195,7 +195,7 @@ def test_a_corrupt_sklearn_entry_is_refit_with_a_warning(tmp_path, digits, caplo
     assert (store.hits, store.misses) == (0, 1)
     target = tmp_path / f"{key}.json" if damage is truncate_json else tmp_path / f"{key}.joblib"
     damage(target)
-    with caplog.at_level(logging.WARNING, logger="miaudit.audit.references"):
+    with caplog.at_level(logging.WARNING, logger="miaudit.external.references"):
         again, _ = _fit_sklearn(tmp_path, digits)
     assert again.corrupt == 1 and again.misses == 1  # refit, and stored again
     assert (f"scikit-learn cache entry {tmp_path / f'{key}.joblib'} is corrupt (" in caplog.text

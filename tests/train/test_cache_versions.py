@@ -236,7 +236,7 @@ def test_forgetting_and_checkpoint_keys_move_with_the_trainer(monkeypatch):
 def _fit(root, digits, seed=0):
     from sklearn.linear_model import LogisticRegression
 
-    from miaudit.audit.references import SklearnCache
+    from miaudit.external.references import SklearnCache
 
     x, y = digits
     store = SklearnCache(root)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -256,16 +256,23 @@ def check_params(attack: str, overrides: Any, where: str = "") -> dict[str, Any]
     return dict(overrides)
 
 
-def check_attack_params(attack_params: Any, where: str = "attack_params"
-                        ) -> dict[str, dict[str, Any]]:
+def check_attack_params(
+    attack_params: Any, where: str = "attack_params", selected: Collection[str] | None = None,
+    selected_where: str = "attacks",
+) -> dict[str, dict[str, Any]]:
     """`{attack: {parameter: value}}` checked by `check_params` (an unknown attack name is
     refused with the closest registered one), before any model trains or any bank loads.
-    Returns a copy."""
+    With ``selected`` (the attacks chosen; None: all), parameters of an attack not chosen are
+    refused too (they would be ignored); ``where`` and ``selected_where`` name the two as
+    the caller's input spells them (``--params``, ``--attacks``). Returns a copy."""
     if attack_params is None:
         return {}
     if not isinstance(attack_params, Mapping):
         raise ParamError(f"{where} must map attack names to mappings {{parameter: value}}, "
                          f"e.g. {{rmia: {{gamma: 2}}}}; got {attack_params!r}.")
+    for name in attack_params if selected is not None else ():
+        if name not in selected:
+            raise ParamError(f"{where} names '{name}', which is not in {selected_where}.")
     return {name: check_params(str(name), params, f"{where}.{name}")
             for name, params in attack_params.items()}
 

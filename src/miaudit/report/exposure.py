@@ -2,9 +2,9 @@
 
 :func:`rank_members` ranks the members by an attack's score with the false-positive rate an
 attacker accepts to flag each (the share of non-members scoring at least as high); both the
-run report and `miaudit audit` (:mod:`miaudit.audit.exposure`) use it. The audit's sections
+run report and `miaudit audit` (:mod:`miaudit.external.exposure`) use it. The audit's sections
 read ``result.meta["verdict"]`` and ``result.meta["exposure"]`` (written by
-:mod:`miaudit.audit`); a report without them shows the ranking of :func:`exposed_html`.
+:mod:`miaudit.external`); a report without them shows the ranking of :func:`exposed_html`.
 """
 
 from __future__ import annotations

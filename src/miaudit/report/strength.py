@@ -1,7 +1,7 @@
 """Which attack is strongest, and whether its figure shows a measurable leak (numbers only).
 
 Shared by the results table (sort order, the ★ mark), the one-line verdict of every report and
-the release statement of `miaudit audit` (:mod:`miaudit.audit.verdict`), so all three name the
+the release statement of `miaudit audit` (:mod:`miaudit.external.verdict`), so all three name the
 same attack at the same FPR.
 
 The *headline FPR* is the smallest reported FPR at which at least ten false positives are

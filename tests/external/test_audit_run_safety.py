@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from miaudit.audit.config import audit_config
-from miaudit.audit.references import reference_rows
 from miaudit.cli import main
 from miaudit.errors import ConfigError
+from miaudit.external.config import audit_config
+from miaudit.external.references import reference_rows
 
 
 def _snapshot(root):
@@ -68,7 +68,7 @@ def test_a_failing_first_audit_creates_no_folder(user, tmp_path):
 
 
 def test_an_interrupted_audit_keeps_the_previous_run(user, tmp_path, monkeypatch):
-    import miaudit.audit.run as audit_run
+    import miaudit.external.run as audit_run
 
     out = tmp_path / "runs" / "audit"
     assert main(_good(user, out)) == 0

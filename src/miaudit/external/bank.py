@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 
 from miaudit.attacks import get_attack
-from miaudit.audit.config import AuditConfig
-from miaudit.audit.data import AuditData, other_preprocessing
-from miaudit.audit.hf import lm_fit
-from miaudit.audit.references import References
-from miaudit.audit.sources import Target
 from miaudit.errors import ConfigError, DataError
+from miaudit.external.config import AuditConfig
+from miaudit.external.data import AuditData, other_preprocessing
+from miaudit.external.hf import lm_fit
+from miaudit.external.references import References
+from miaudit.external.sources import Target
 from miaudit.report.formatting import plural
 from miaudit.signals import SignalBank
 from miaudit.signals.assemble import SignalSpec, assemble_bank, query_signals

@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 
 from miaudit.attacks import list_attacks
-from miaudit.audit.config import AuditConfig
-from miaudit.audit.data import AuditData, bank_features
-from miaudit.audit.sources import Target
 from miaudit.data import Dataset
 from miaudit.errors import ConfigError, DataError
+from miaudit.external.config import AuditConfig
+from miaudit.external.data import AuditData, bank_features
+from miaudit.external.sources import Target
 from miaudit.models.hf import (
     CAUSAL_LM,
     HFFolder,

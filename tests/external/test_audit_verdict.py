@@ -1,7 +1,7 @@
 import numpy as np
 
 from miaudit import metrics
-from miaudit.audit.verdict import headline_fpr, make_verdict, verdict_text
+from miaudit.external.verdict import headline_fpr, make_verdict, verdict_text
 from miaudit.report.formatting import fmt_pct
 from miaudit.results import AttackOutcome, AuditResult
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from miaudit.audit.bank import _rows_from
-from miaudit.audit.sources import load_outputs, to_logits
 from miaudit.errors import DataError
+from miaudit.external.bank import _rows_from
+from miaudit.external.sources import load_outputs, to_logits
 
 
 def test_a_text_file_named_npz_is_not_called_pickled_data(tmp_path):

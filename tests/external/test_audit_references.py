@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from miaudit.audit.config import audit_config
-from miaudit.audit.references import reference_rows
+from miaudit.external.config import audit_config
+from miaudit.external.references import reference_rows
 
 
 def test_the_fewer_rows_warning_is_returned_not_logged(caplog):

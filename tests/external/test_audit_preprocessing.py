@@ -16,12 +16,12 @@ from sklearn.datasets import load_digits
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.linear_model import LogisticRegression
 
-from miaudit.audit.cli import flags_to_dict
-from miaudit.audit.config import audit_config
-from miaudit.audit.data import build_audit_data
-from miaudit.audit.run import run_audit
 from miaudit.cli import build_parser
 from miaudit.errors import ConfigError
+from miaudit.external.cli import flags_to_dict
+from miaudit.external.config import audit_config
+from miaudit.external.data import build_audit_data
+from miaudit.external.run import run_audit
 
 ESTIMATORS = {
     # scale-sensitive splits: on pixels / 16 every threshold falls on one side, near chance

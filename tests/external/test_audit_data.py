@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 from sklearn.datasets import load_digits
 
-from miaudit.audit.config import audit_config
-from miaudit.audit.data import build_audit_data, read_rows
 from miaudit.errors import ConfigError, DataError
+from miaudit.external.config import audit_config
+from miaudit.external.data import build_audit_data, read_rows
 
 
 def _cfg(**sections):

@@ -189,7 +189,7 @@ def test_config_paths_are_relative_to_the_config_file_and_saved_absolute(
 
 
 def test_absolute_paths_leave_names_alone(tmp_path):
-    from miaudit.audit.config import absolute_paths
+    from miaudit.external.config import absolute_paths
 
     (tmp_path / "audit.npz").write_bytes(b"")
     data = {"model": {"module": "pkg.nets:Net", "weights": "w.safetensors"},
@@ -208,7 +208,7 @@ def test_absolute_paths_leave_names_alone(tmp_path):
 
 
 def test_flags_add_loader_options_to_the_config_files():
-    from miaudit.audit.config import merge
+    from miaudit.external.config import merge
 
     base = {"data": {"dataset": "d.csv", "options": {"label_column": "y"}}, "seed": 1}
     merged = merge(base, {"data": {"options": {"preprocessing": "raw"}}, "seed": 2})
@@ -219,8 +219,8 @@ def test_flags_add_loader_options_to_the_config_files():
 
 
 def test_a_dp_claim_needs_both_numbers():
-    from miaudit.audit.config import audit_config
     from miaudit.errors import ConfigError
+    from miaudit.external.config import audit_config
 
     base = {"data": {"dataset": "digits", "members": "rows.txt"}}
     with pytest.raises(ConfigError, match="both model.dp_epsilon and model.dp_delta"):

@@ -7,9 +7,9 @@ from scipy.special import softmax
 from sklearn.datasets import load_digits
 from sklearn.svm import LinearSVC
 
-from miaudit.audit.config import ModelSection
-from miaudit.audit.sources import load_outputs, load_state, load_target, to_logits
 from miaudit.errors import ConfigError, DataError
+from miaudit.external.config import ModelSection
+from miaudit.external.sources import load_outputs, load_state, load_target, to_logits
 
 SHAPE = (1, 8, 8)
 

@@ -12,8 +12,9 @@ Unpickling a scikit-learn estimator runs code stored in the file: load only your
 from __future__ import annotations
 
 import copy
+import inspect
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from miaudit.audit.config import ModelSection
 from miaudit.data.user_files import numpy_file_problem
 from miaudit.errors import ConfigError, DataError
+from miaudit.external.config import ModelSection
 from miaudit.models import build_model
 from miaudit.models.user import check_output_width, resolve_object
 from miaudit.report.formatting import plural
@@ -43,7 +44,7 @@ class Target:
     estimator: Any = None  # scikit-learn only (cloned for reference models)
     outputs: dict[str, tuple[np.ndarray | None, np.ndarray]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    hf: Any = None  # a Hugging Face folder's details (miaudit.audit.hf.HFTarget)
+    hf: Any = None  # a Hugging Face folder's details (miaudit.external.hf.HFTarget)
 
     @property
     def white_box(self) -> bool:
@@ -343,9 +344,7 @@ def load_target(
         return Target("sklearn", f"{type(estimator).__name__} from {spec.estimator}",
                       module=module, estimator=estimator)
     if spec.predict:
-        fn = resolve_object(spec.predict)
-        if not callable(fn):
-            raise ConfigError(f"model.predict {spec.predict} is not a function.")
+        fn = prediction_function(spec.predict)
         return _function_target(fn, spec.predict, spec, num_classes, probe)
     outputs, notes = {}, []
     for part, path in (("data", spec.outputs), ("public", spec.public_outputs)):
@@ -356,6 +355,39 @@ def load_target(
             notes.append(f"{path}: outputs read as {kind}")
     return Target("outputs", spec.outputs or "", outputs=outputs, notes=notes)
 
+
+
+# How the audit config and `miaudit audit` name the two readings of "module:Name"
+# (prediction_function); {spec} is the name given
+CONFIG_WORDS = {"given": "model.predict (--predict) {spec!r}",
+                "weights": "model.module + model.weights (--model {spec} --weights FILE)"}
+
+
+def prediction_function(
+    spec: str, words: Mapping[str, str] = CONFIG_WORDS
+) -> Callable[[np.ndarray], Any]:
+    """The black-box function ``spec`` ("file.py:name" or "pkg.module:name") names.
+
+    A class is refused: "nets.py:Net" reads two ways, a model class missing its trained
+    weights or a prediction function, and calling a class on the audit data would build
+    objects, not predict. ``words`` names the two readings as the caller's front door spells
+    them (``given``: where the name came from; ``weights``: how a class is given), each a
+    format string of ``spec``."""
+    obj = resolve_object(spec)
+    given = words["given"].format(spec=spec)
+    if inspect.isclass(obj):
+        what = "an nn.Module class" if issubclass(obj, nn.Module) else "a class"
+        raise ConfigError(
+            f"{given} names {what}, {obj.__qualname__}, not a prediction function. A class "
+            f"needs its trained weights (a state_dict file): give it as "
+            f"{words['weights'].format(spec=spec)}. A black box is a prediction function, "
+            "'file.py:function' or 'pkg.module:function', taking X and returning "
+            "[n, classes] outputs."
+        )
+    if not callable(obj):
+        raise ConfigError(f"{given} is a {type(obj).__name__}, not a function: name a "
+                          "function X -> [n, classes] outputs.")
+    return obj
 
 
 def _function_target(

@@ -4,12 +4,18 @@ Unknown keys are errors with a suggestion (as in :mod:`miaudit.config`). Paths i
 file are read relative to that file's folder, paths given as flags relative to the current
 directory (:func:`absolute_paths`). The resolved configuration is saved into the run
 directory as ``audit.yaml``, with absolute paths, so ``--config`` reruns it from anywhere.
+
+Both front doors build their config here: :func:`options_mapping` turns the options they share
+(``miaudit audit``'s flags, :func:`miaudit.audit`'s arguments) into a mapping, and
+:func:`resolve` lays the mappings over each other (a config file, flags, the API's
+``options``) into one validated :class:`AuditConfig`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +43,7 @@ class ModelSection:
     output_kind: str = "auto"  # of predict/outputs: auto | logits | probabilities
     tolerance: float = 1e-3  # |sum of a probability row - 1| allowed
     # A Hugging Face save_pretrained folder (config.json, weights, tokenizer.json): a sequence
-    # classifier or a causal LM, audited on text data (miaudit.audit.hf).
+    # classifier or a causal LM, audited on text data (miaudit.external.hf).
     hf_model: str | None = None
     max_length: int | None = None  # tokens per text; default min(model positions, 512)
     # The model's differential-privacy claim (e.g. its DP-SGD accountant's ε at δ): the audit
@@ -231,13 +237,10 @@ def _check(cfg: AuditConfig) -> None:
     need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
     need(isinstance(cfg.attack_params, dict),
          "attack_params must map attack names to mappings {parameter: value}.")
-    for name in cfg.attack_params:
-        need(cfg.attacks is None or name in cfg.attacks,
-             f"attack_params names '{name}', which is not in attacks.")
-    if cfg.attack_params:  # names and values, before the model loads or a reference trains
-        from miaudit.attacks.base import check_attack_params
+    # names and values, before the model loads or a reference trains
+    from miaudit.attacks.base import check_attack_params
 
-        check_attack_params(cfg.attack_params)
+    check_attack_params(cfg.attack_params, selected=cfg.attacks)
 
 
 def _check_claim(m: ModelSection) -> None:
@@ -349,3 +352,87 @@ def dump_audit_config(cfg: AuditConfig) -> str:
     """YAML of the resolved configuration, paths absolute (relative ones are taken from the
     current directory): `miaudit audit --config` reruns it as is, from any folder."""
     return yaml.safe_dump(absolute_paths(cfg.to_dict(), Path.cwd()), sort_keys=False)
+
+
+# Table files: a label (or text) column names the column of the file itself.
+_TABLES = (".csv", ".parquet", ".pq", ".jsonl")
+# Files fed as given: a public dataset in one of these is not given the audit data's
+# preprocessing (a registry dataset is, so both are scaled alike).
+_AS_GIVEN = (".npz", ".csv", ".parquet", ".pq")
+
+
+def options_mapping(
+    model: Mapping[str, Any],
+    *,
+    dataset: str | None = None,
+    data_options: Mapping[str, Any] | None = None,
+    members: str | None = None,
+    membership_column: str | None = None,
+    nonmembers: str | None = None,
+    public: str | None = None,
+    public_rows: str | None = None,
+    population: float | None = None,
+    label_column: str | None = None,
+    text_column: str | None = None,
+    preprocessing: str | None = None,
+    references: int | None = None,
+    recipe: Mapping[str, Any] | None = None,
+    allow_fewer_reference_rows: bool = False,
+    reference_base: str | None = None,
+    attacks: list[str] | None = None,
+    output: str | None = None,
+) -> dict[str, Any]:
+    """The audit config mapping of the options both front doors take (``miaudit audit``'s
+    flags, :func:`miaudit.audit`'s arguments): options not given (None) are left out, so a
+    config file's values stand under flags.
+
+    ``model``: the model section as given (None values dropped). ``label_column`` and
+    ``text_column`` go to the loader options of every table file given (the audit data's and
+    the public data's); ``preprocessing`` to the audit data's, and to a public dataset named
+    by registry name (scaled as the audit data is; a file is fed as given)."""
+    sections: dict[str, dict[str, Any]] = {
+        "model": {k: v for k, v in model.items() if v is not None},
+        "data": {}, "public": {}, "references": {},
+    }
+
+    def put(section: str, key: str, value: Any) -> None:
+        if value is not None:
+            sections[section][key] = value
+
+    put("data", "dataset", dataset)
+    put("data", "options", None if data_options is None else dict(data_options))
+    put("data", "members", members)
+    put("data", "membership_column", membership_column)
+    put("data", "nonmembers", nonmembers)
+    put("public", "dataset", public)
+    put("public", "rows", public_rows)
+    put("public", "population", population)
+    for key, value in (("label_column", label_column), ("text_column", text_column)):
+        for section, name in (("data", dataset), ("public", public)):
+            if value is not None and name and Path(name).suffix.lower() in _TABLES:
+                sections[section].setdefault("options", {})[key] = value
+    if preprocessing is not None:
+        sections["data"].setdefault("options", {})["preprocessing"] = preprocessing
+        if public and Path(public).suffix.lower() not in _AS_GIVEN:
+            sections["public"].setdefault("options", {})["preprocessing"] = preprocessing
+    put("references", "models", references)
+    put("references", "recipe", None if recipe is None else dict(recipe))
+    put("references", "allow_fewer_rows", True if allow_fewer_reference_rows else None)
+    put("references", "base", reference_base)
+    top: dict[str, Any] = {}
+    if attacks is not None:
+        top["attacks"] = list(attacks)
+    if output is not None:
+        top["output"] = output
+    return {**top, **{k: v for k, v in sections.items() if v}}
+
+
+def resolve(*layers: tuple[Mapping[str, Any], str | os.PathLike[str]]) -> AuditConfig:
+    """The validated AuditConfig of mappings laid over each other in order (a config file,
+    then flags; or the API's arguments, then its ``options``), each given with the folder its
+    relative paths are read from (a config file's own folder; the current directory for
+    flags and the API)."""
+    merged: dict[str, Any] = {}
+    for mapping, base in layers:
+        merged = merge(merged, absolute_paths(dict(mapping), base))
+    return audit_config(merged)

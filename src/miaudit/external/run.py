@@ -11,16 +11,16 @@ import torch
 
 from miaudit.attacks import get_attack
 from miaudit.attacks.base import check_attack_params
-from miaudit.audit.bank import bank_summary, build_audit_bank, skip_reasons
-from miaudit.audit.config import AuditConfig, dump_audit_config
-from miaudit.audit.data import AuditData, build_audit_data
-from miaudit.audit.exposure import exposure_csv, rank_exposed, thumbnail_figure
-from miaudit.audit.hf import default_attacks, hf_task, load_hf_target, reference_note
-from miaudit.audit.references import References, reference_models
-from miaudit.audit.sources import Target, load_target
-from miaudit.audit.verdict import make_verdict, verdict_text
 from miaudit.devices import resolve_device
 from miaudit.errors import ConfigError
+from miaudit.external.bank import bank_summary, build_audit_bank, skip_reasons
+from miaudit.external.config import AuditConfig, dump_audit_config
+from miaudit.external.data import AuditData, build_audit_data
+from miaudit.external.exposure import exposure_csv, rank_exposed, thumbnail_figure
+from miaudit.external.hf import default_attacks, hf_task, load_hf_target, reference_note
+from miaudit.external.references import References, reference_models
+from miaudit.external.sources import Target, load_target, prediction_function
+from miaudit.external.verdict import make_verdict, verdict_text
 from miaudit.io import StagedRunDir, write_json, write_text
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.pipeline.split_check import split_check
@@ -121,6 +121,8 @@ def run_audit(
     for name in names:
         get_attack(name)  # unknown names fail before any work
     check_attack_params(cfg.attack_params)  # so do parameters (an AuditConfig built in Python)
+    if cfg.model.predict:  # and a class named as a prediction function (it needs weights)
+        prediction_function(cfg.model.predict)
     out = run_dir(cfg)
     with StagedRunDir(out, command="audit", name=cfg.name, config=cfg.to_dict(),
                       defaults=AuditConfig().to_dict(), overwrite=overwrite) as stage:

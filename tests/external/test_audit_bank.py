@@ -4,12 +4,12 @@ from scipy.special import softmax
 from sklearn.datasets import load_digits
 
 from miaudit.attacks import list_attacks
-from miaudit.audit.bank import build_audit_bank, skip_reasons
-from miaudit.audit.config import audit_config
-from miaudit.audit.data import build_audit_data
-from miaudit.audit.references import SklearnCache, reference_models, torch_recipe
-from miaudit.audit.sources import load_target
 from miaudit.errors import DataError
+from miaudit.external.bank import build_audit_bank, skip_reasons
+from miaudit.external.config import audit_config
+from miaudit.external.data import build_audit_data
+from miaudit.external.references import SklearnCache, reference_models, torch_recipe
+from miaudit.external.sources import load_target
 
 
 def _outputs_audit(user, tmp_path, public_outputs: bool):

@@ -10,8 +10,6 @@ import yaml
 
 from miaudit.errors import ConfigError
 
-_TABLES = (".csv", ".parquet", ".pq")
-
 _EPILOG = """examples:
   miaudit audit --model nets.py:SmallCNN --weights model.safetensors --data fashion-mnist \\
       --members members.txt --nonmembers nonmembers.txt --public-rows public.txt \\
@@ -42,77 +40,53 @@ def _mapping(text: str, flag: str) -> dict[str, Any]:
     return value
 
 
-def _names(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
 def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
-    """The given flags as a nested config mapping (flags not given are left out)."""
-    cfg: dict[str, dict[str, Any]] = {k: {} for k in
-                                      ("model", "data", "public", "references", "signals")}
-    top: dict[str, Any] = {}
+    """The given flags as a nested config mapping (flags not given are left out).
 
-    def put(section: str | None, key: str, value: Any) -> None:
-        if value is not None:
-            (cfg[section] if section else top)[key] = value
+    The options :func:`miaudit.audit` takes as arguments go through the function it uses,
+    :func:`~miaudit.external.config.options_mapping`; the rest (signals, seed, name, ...) are
+    what the API takes as ``options``."""
+    from miaudit.config import split_names
+    from miaudit.external.config import merge, options_mapping
 
-    put("model", "module", args.model)
-    put("model", "weights", args.weights)
-    put("model", "kwargs", args.model_kwargs and _mapping(args.model_kwargs, "--model-kwargs"))
-    put("model", "estimator", args.estimator)
-    put("model", "predict", args.predict)
-    put("model", "outputs", args.outputs)
-    put("model", "public_outputs", args.public_outputs)
-    put("model", "output_kind", args.output_kind)
-    put("model", "hf_model", args.hf_model)
-    put("model", "max_length", args.max_length)
-    put("model", "dp_epsilon", args.dp_epsilon)
-    put("model", "dp_delta", args.dp_delta)
-    put("data", "dataset", args.data)
-    put("data", "options", args.data_options and _mapping(args.data_options, "--data-options"))
-    put("data", "members", args.members)
-    put("data", "membership_column", args.membership_column)
-    put("data", "nonmembers", args.nonmembers)
-    put("public", "dataset", args.public)
-    put("public", "rows", args.public_rows)
-    put("public", "population", args.population)
-    for key in ("label_column", "text_column"):  # every table file given gets them
-        value = getattr(args, key)
-        for section, name in (("data", args.data), ("public", args.public)):
-            if value and name and Path(name).suffix.lower() in (*_TABLES, ".jsonl"):
-                cfg[section].setdefault("options", {})[key] = value
-    if args.preprocessing:  # the audit data's; a public registry dataset is scaled alike
-        cfg["data"].setdefault("options", {})["preprocessing"] = args.preprocessing
-        if args.public and Path(args.public).suffix.lower() not in (".npz", *_TABLES):
-            cfg["public"].setdefault("options", {})["preprocessing"] = args.preprocessing
-    put("references", "models", args.references)
-    put("references", "recipe", args.recipe and _mapping(args.recipe, "--recipe"))
-    put("references", "allow_fewer_rows", True if args.allow_fewer_reference_rows else None)
-    put("references", "base", args.reference_base)
-    put("signals", "queries", args.queries and _names(args.queries))
-    put("signals", "grad_norm", False if args.no_grad_norm else None)
-    put("signals", "boundary_distance", True if args.boundary_distance else None)
-    put(None, "attacks", args.attacks and _names(args.attacks))
-    put(None, "exposed", args.exposed)
-    put(None, "seed", args.seed)
-    put(None, "name", args.name)
-    put(None, "device", args.device)
-    put(None, "output", args.out)
-    put(None, "cache_dir", args.cache_dir)
-    return {**top, **{k: v for k, v in cfg.items() if v}}
+    model = {"module": args.model, "weights": args.weights,
+             "kwargs": args.model_kwargs and _mapping(args.model_kwargs, "--model-kwargs"),
+             "estimator": args.estimator, "predict": args.predict, "outputs": args.outputs,
+             "public_outputs": args.public_outputs, "output_kind": args.output_kind,
+             "hf_model": args.hf_model, "max_length": args.max_length,
+             "dp_epsilon": args.dp_epsilon, "dp_delta": args.dp_delta}
+    mapping = options_mapping(
+        model, dataset=args.data,
+        data_options=args.data_options and _mapping(args.data_options, "--data-options"),
+        members=args.members, membership_column=args.membership_column,
+        nonmembers=args.nonmembers, public=args.public, public_rows=args.public_rows,
+        population=args.population, label_column=args.label_column,
+        text_column=args.text_column, preprocessing=args.preprocessing,
+        references=args.references, recipe=args.recipe and _mapping(args.recipe, "--recipe"),
+        allow_fewer_reference_rows=args.allow_fewer_reference_rows,
+        reference_base=args.reference_base, attacks=split_names(args.attacks),
+        output=args.out,
+    )
+    signals = {"queries": split_names(args.queries),
+               "grad_norm": False if args.no_grad_norm else None,
+               "boundary_distance": True if args.boundary_distance else None}
+    rest = {"signals": {k: v for k, v in signals.items() if v is not None},
+            "exposed": args.exposed, "seed": args.seed, "name": args.name,
+            "device": args.device, "cache_dir": args.cache_dir}
+    return merge(mapping, {k: v for k, v in rest.items() if v is not None and v != {}})
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from miaudit.audit.config import absolute_paths, audit_config, merge
-    from miaudit.audit.run import run_audit
     from miaudit.config import read_yaml
+    from miaudit.external.config import resolve
+    from miaudit.external.run import run_audit
 
-    base = read_yaml(args.config, "audit config") if args.config else {}
+    layers = []
     if args.config:  # the file's relative paths are relative to the file, wherever it is run
-        base = absolute_paths(base, Path(args.config).absolute().parent)
-    flags = absolute_paths(flags_to_dict(args), Path.cwd())
-    run_audit(audit_config(merge(base, flags)), progress=not args.quiet,
-              overwrite=args.overwrite)
+        layers.append((read_yaml(args.config, "audit config"),
+                       Path(args.config).absolute().parent))
+    layers.append((flags_to_dict(args), Path.cwd()))
+    run_audit(resolve(*layers), progress=not args.quiet, overwrite=args.overwrite)
     return 0
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from miaudit.audit.data import AuditData
+from miaudit.external.data import AuditData
 from miaudit.report.exposure import rank_members
 from miaudit.results import AuditResult
 

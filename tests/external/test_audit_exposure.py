@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 from miaudit import metrics
-from miaudit.audit.data import AuditData
-from miaudit.audit.exposure import exposure_csv, rank_exposed, thumbnail_figure
 from miaudit.data import Dataset
+from miaudit.external.data import AuditData
+from miaudit.external.exposure import exposure_csv, rank_exposed, thumbnail_figure
 from miaudit.results import AttackOutcome, AuditResult
 
 
