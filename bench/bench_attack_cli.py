@@ -1,4 +1,4 @@
-"""`miaudit attack` end to end (issue 16): wall and peak RSS of the whole command, and a profile.
+"""`miaudit attack` end to end: wall and peak RSS of the whole command, and a profile.
 
 Not run in CI. Usage (from the repository root):
 

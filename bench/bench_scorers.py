@@ -1,4 +1,4 @@
-"""Scorer attacks' cost (issue #16): score + public-data threshold on real offline banks.
+"""Scorer attacks' cost: score + public-data threshold on real offline banks.
 
 Not run in CI. Usage (from the repository root):
 

@@ -11,7 +11,8 @@ models; 10% population), then for target 0 fills the statistics cache (one pass 
 models' logits), runs every registered attack whose needs the bank meets (skipping, and
 naming, those that need a missing channel), and reports per-attack wall and CPU seconds, the
 total, the load average before and after, and the peak RSS against the bank's size. The budget
-(issue #3) is judged on the peak RSS above the interpreter's after its imports: what scoring
+(every bank attack in <= 5 s, memory <= 2x the bank) is judged on the peak RSS above the
+interpreter's after its imports: what scoring
 this bank costs, the bank included. `--threads T` sets torch's threads, which is also the
 number of worker threads of the statistics pass. Attacks that train a scorer on shadow models
 (RAPID, Shokri, ...) are timed and reported separately; `--no-scorers` skips them. `--json`

@@ -1,4 +1,4 @@
-"""Fine-tuning throughput of the text models (issue #14) on this CPU: samples/s and tokens/s.
+"""Fine-tuning throughput of the text models on this CPU: samples/s and tokens/s.
 
 Not run in CI. Usage (from the repository root; needs the `text` extra):
 

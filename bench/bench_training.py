@@ -1,4 +1,4 @@
-"""Training speed (issue 7): train an audit's 10 models and run RMIA on them, end to end.
+"""Training speed: train an audit's 10 models and run RMIA on them, end to end.
 
 Not run in CI. Usage (from the repository root; `miaudit data fetch purchase-celeba` first):
 
@@ -6,7 +6,7 @@ Not run in CI. Usage (from the repository root; `miaudit data fetch purchase-cel
     .venv/bin/python bench/bench_training.py --mode baseline [--epochs 10] [--threads N]
     .venv/bin/python bench/bench_training.py --mode flops
 
-Workload (issue 7): purchase-celeba (first 60,000 CelebA attribute rows, KMeans(100) labels);
+Workload: purchase-celeba (first 60,000 CelebA attribute rows, KMeans(100) labels);
 a seeded permutation puts 45,000 rows in the pool and 15,000 in the population. 10 models in 5
 pairs: pair p splits the pool into two random halves of 22,500, model 2p trains on one and
 2p+1 on the other; model m uses seed m (+ `--seed`). MLP 40 -> 128 tanh -> 100, plain SGD lr 0.1 (no

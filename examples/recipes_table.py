@@ -1,4 +1,4 @@
-"""Issue 4's tables: how training recipes change leakage ("Generalization and
+"""The recipe tables: how training recipes change leakage ("Generalization and
 Membership Inference Attack: a Practical Perspective"), one audit per row.
 
     python examples/recipes_table.py augment       # none / crop / mirror / cutout / AA / all

@@ -61,7 +61,7 @@ def test_data_list_and_attacks_list(capsys):
 
 def test_attack_command_imports_only_what_scoring_needs_before_scoring():
     """`miaudit attack` loads the evaluation stage without the training and querying stages,
-    and the report's modules (matplotlib) only after scoring (issue 16)."""
+    and the report's modules (matplotlib) only after scoring (its wall time)."""
     import subprocess
     import sys
 

@@ -1,5 +1,5 @@
 """The documentation stands on its own: no build machine's paths, no private notes, and every
-registered attack defined in docs/algorithms.md (issue 13, point 5)."""
+registered attack defined in docs/algorithms.md."""
 
 from __future__ import annotations
 

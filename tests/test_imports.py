@@ -118,7 +118,7 @@ def test_the_attack_command_loads_no_study_code(tmp_path, digits_bank):
 def test_the_attack_command_loads_no_torch_nor_scipy_stats(tmp_path, digits_bank):
     """`miaudit attack` on a bank needs numpy, scipy.special and matplotlib only: torch (~1.1 s
     to import; the scorers load it when they train), scipy.stats and scipy.optimize (~0.5 s;
-    loaded by the functions that use them) stay out (issue 16's wall time)."""
+    loaded by the functions that use them) stay out (`miaudit attack`'s wall time)."""
     bank = tmp_path / "bank.npz"
     digits_bank.save(bank)
     args = ["attack", str(bank), "--target", "0", "--attacks", "loss,lira-offline,rmia",

@@ -1,4 +1,4 @@
-"""Language-model attacks (issue 14) against naive re-implementations on a constructed
+"""Language-model attacks against naive re-implementations on a constructed
 sequence bank whose padding holds garbage (NaN, inf, huge values): a score that read it
 would be NaN, infinite or different."""
 

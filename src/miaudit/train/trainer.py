@@ -45,9 +45,9 @@ log = logging.getLogger(__name__)
 
 
 # Thread and process use on CPU, measured on this project's 2-core AMD EPYC (AVX2, torch 2.13 +
-# MKL) while other jobs shared it (load average 1.5-4); the issue-7 MLP 40 -> 128 tanh -> 100,
-# batch 256; samples/s per CPU-second on one core unless noted (bench/README.md, "Training
-# speed (issue 7)", has the commands and runs):
+# MKL) while other jobs shared it (load average 1.5-4); the training benchmark's MLP
+# 40 -> 128 tanh -> 100, batch 256; samples/s per CPU-second on one core unless noted
+# (bench/README.md, "Training speed", has the commands and runs):
 #   train_model (autograd, one model), 1 thread     150-250k (the machine's load moves it)
 #   stacked (written-out backward), 1 thread        K=1 220-265k, K=2 ~275k, K=4 ~305k,
 #                                                   K=5-12 295-335k, K=16-24 ~310k

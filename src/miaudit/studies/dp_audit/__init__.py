@@ -1,4 +1,4 @@
-"""`miaudit study dp-audit` (issue #15): does a DP-SGD claim hold? Empirical ε lower bounds of a
+"""`miaudit study dp-audit`: does a DP-SGD claim hold? Empirical ε lower bounds of a
 Fashion-MNIST MLP (the DP table's recipe, EXPERIMENTS.md) trained at claimed ε ∈ {1, 4, 10,
 100} and without DP, audited with m canaries of each kind (docs/algorithms.md §16).
 

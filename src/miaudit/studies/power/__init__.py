@@ -1,4 +1,4 @@
-"""`miaudit study power`: the power table of issue #16, every attack against RMIA with few
+"""`miaudit study power`: the power table, every attack against RMIA with few
 reference models, on banks held out from development.
 
 The question: with 4 reference models (+ 2 shadows, offline design), which attack reaches the
@@ -244,7 +244,7 @@ _PAPER: dict[str, Any] = {
 }
 
 
-@register_study("power", description="issue #16's power table: each attack's TPR@0.1% FPR as "
+@register_study("power", description="the power table: each attack's TPR@0.1% FPR as "
                 "a multiple of RMIA's, 4 references + 2 shadows, held-out targets, with cost")
 class Power:
     """Every attack against RMIA with 4 references + 2 shadows on held-out targets."""

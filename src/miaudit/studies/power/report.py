@@ -8,7 +8,7 @@ Intervals over targets: the mean of the per-target values with a Student-t inter
 none with one target), clipped to [0, 1] for AUC and TPRs. It counts what differs between
 targets (their training draws and their samples), which the per-target bootstrap CIs (over
 samples, in the per-target table) do not. "× RMIA" is the ratio of the means over the targets
-both attacks scored, ``mean_t TPR_attack(t) / mean_t TPR_rmia(t)`` (the issue's "≥ 2× the
+both attacks scored, ``mean_t TPR_attack(t) / mean_t TPR_rmia(t)`` (the goal's "≥ 2× the
 TPR@0.1% FPR of RMIA, averaged over ≥ 4 targets"); "AUC − RMIA" the mean of the paired
 per-target differences with its t-interval.
 """
@@ -177,7 +177,8 @@ def _get(row: dict[str, Any], key: str) -> float:
 def tpr_figure(frame: pd.DataFrame, table: pd.DataFrame, baseline: str = "rmia",
                confidence: float = 0.95) -> Figure:
     """TPR@0.1% FPR per attack, one panel per dataset: the mean over targets with its
-    t-interval, each target's value, the baseline's mean and twice it (the issue's goal)."""
+    t-interval, each target's value, the baseline's mean and twice it (the goal: one attack at
+    twice RMIA's TPR)."""
     datasets = list(pd.unique(frame["dataset"]))
     n_attacks = int(frame.groupby("dataset")["attack"].nunique().max())
     fig = Figure(figsize=(1.5 + (0.55 * n_attacks + 0.8) * len(datasets), 4.6),
@@ -238,7 +239,7 @@ def summarize(table: pd.DataFrame, study_dir: Path) -> None:
     config = _config(study_dir)
     baseline = str(config.get("baseline", "rmia"))
     confidence = float(config.get("confidence", 0.95))
-    parts = ["# Power study (issue #16): every attack against RMIA with few references\n"]
+    parts = ["# Power study: every attack against RMIA with few references\n"]
     if table.empty:
         write_text(study_dir / "summary.md", parts[0] + "\nNo finished cells yet.\n")
         return

@@ -53,7 +53,7 @@ PAPER_NOT_GIVEN: list[str] = [
     "where LiRA trains 'hundreds'.",
     "DP-SGD: an image only; the text says RAPID keeps a higher success rate than the others.",
     "Cost: no per-attack table; only 'about 1/25 of LiRA's computation'.",
-    "RMIA is not among the paper's baselines (the issue adds it); Canary is not in miaudit.",
+    "RMIA is not among the paper's baselines (miaudit adds it); Canary is not in miaudit.",
 ]
 
 
