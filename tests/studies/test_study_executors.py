@@ -30,15 +30,31 @@ def test_local_executor_matches_serial(tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(_sorted(local), _sorted(serial))
 
 
-def test_ray_executor_on_a_local_instance(tmp_path):
+def test_ray_executor_on_a_local_instance(tmp_path, monkeypatch):
     pytest.importorskip("ray")  # installed by the dev extra, so CI runs this
     import ray
 
+    started, init = [], ray.init
+
+    def recorded(*args, **kwargs):
+        started.append(kwargs)
+        context = init(*args, **kwargs)
+        started.append([n["NodeManagerAddress"] for n in ray.nodes()])
+        return context
+
+    monkeypatch.setattr(ray, "init", recorded)
     cells = smoke_cells(2)
     executor = RayExecutor(workers=2)
     assert not ray.is_initialized()
     table = run_sweep(cells, smoke.work, tmp_path / "ray", executor, progress=False)
     assert not ray.is_initialized()  # the instance started for the sweep is shut down
+    # the local instance binds to loopback only (Ray would map 127.0.0.1 to the routable
+    # address), and Ray's cluster switch is given back as it was
+    from ray._private import ray_constants
+
+    assert started[0]["_node_ip_address"] == "127.0.0.1" and started[1] == ["127.0.0.1"]
+    assert ray_constants.ENABLE_RAY_CLUSTER and "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in \
+        os.environ
     assert all(cell_path(tmp_path / "ray", c).exists() for c in cells)
     serial = run_sweep(cells, smoke.work, tmp_path / "serial", "serial", progress=False)
     pd.testing.assert_frame_equal(_sorted(table), _sorted(serial))

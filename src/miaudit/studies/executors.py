@@ -10,6 +10,7 @@ are small and separate processes use the cores better than intra-op threads, see
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing
 import os
 import threading
@@ -134,6 +135,33 @@ def _ray_task(work: Work, cell: Cell) -> tuple[Any, float]:
     return _timed(work, cell)
 
 
+LOCAL_RAY_ADDRESS = "127.0.0.1"  # where a local Ray instance binds
+# On Linux, Ray maps a 127.0.0.1 node address to the machine's routable one and its head
+# listens on every interface, unless clusters are off (Ray's switch for macOS and Windows):
+# measured with `ss -ltnp`, ray.init(_node_ip_address="127.0.0.1") alone listened on *:port.
+_RAY_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def _loopback_only(ray: Any) -> Iterator[None]:
+    """Start a local Ray instance reachable from this machine only: clusters off for the
+    processes it spawns (the environment) and for this one (Ray reads the switch once, at
+    import, into ``ray._private.ray_constants``), both restored after."""
+    from ray._private import ray_constants
+
+    before_env, before = os.environ.get(_RAY_CLUSTER_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[_RAY_CLUSTER_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+        if before_env is None:
+            os.environ.pop(_RAY_CLUSTER_ENV, None)
+        else:
+            os.environ[_RAY_CLUSTER_ENV] = before_env
+
+
 class RayExecutor:
     """Ray tasks of one CPU each, on an existing cluster (``address``, e.g. ``auto`` or
     ``ray://host:10001``) or on a local instance started here with ``workers`` CPUs."""
@@ -149,9 +177,13 @@ class RayExecutor:
         started_here = not ray.is_initialized()
         if started_here:
             options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
-            if self.address is None:  # a local instance sized by --workers
+            if self.address is None:  # a local instance sized by --workers, on loopback
                 options["num_cpus"] = self.workers
-            ray.init(address=self.address, **options)
+                options["_node_ip_address"] = LOCAL_RAY_ADDRESS
+                with _loopback_only(ray):
+                    ray.init(**options)
+            else:
+                ray.init(address=self.address, **options)
         try:
             task = ray.remote(num_cpus=1)(_ray_task)
             pending = {task.remote(work, cell): (cell, time.perf_counter()) for cell in cells}
