@@ -42,6 +42,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Every test starts on one intra-op thread, whatever the previous one left (a test that
+    wants two sets them itself), and leaves the setting as it found it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _train_mlp(x: torch.Tensor, y: torch.Tensor, seed: int) -> torch.nn.Module:
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -133,3 +143,26 @@ def umask():
     os.umask(previous)
     yield os.umask
     os.umask(previous)
+
+
+@pytest.fixture
+def tiny_run_yaml(tmp_path):
+    """Writes a tiny `miaudit run` config (2 MLPs, 1 epoch on digits; calibrated-loss draws
+    calibration.png; output tmp_path/runs/tiny, cache tmp_path/cache) as tmp_path/NAME.yaml
+    and returns its path: ``tiny_run_yaml(name="good", **overrides)``."""
+    import yaml
+
+    def write(name: str = "good", **overrides) -> Path:
+        data = {
+            "name": "tiny", "seed": 0, "dataset": {"name": "digits"},
+            "split": {"audit": 200, "public": 200, "population": 100}, "models": 2,
+            "recipe": {"architecture": "mlp", "epochs": 1, "batch_size": 64},
+            "signals": {"queries": ["plain"]}, "attacks": ["loss", "calibrated-loss"],
+            "metrics": {"bootstrap": 20}, "output": str(tmp_path / "runs" / "tiny"),
+            "cache_dir": str(tmp_path / "cache"), **overrides,
+        }
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    return write

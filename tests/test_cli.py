@@ -97,31 +97,15 @@ def test_attacks_list_aligns_columns_for_long_names_and_families(monkeypatch, ca
     assert {s.family for s in real} | {long.family} == families  # names never run into them
 
 
-def _tiny_run_config(tmp_path, **overrides):
-    """A tiny `miaudit run` (2 MLPs, 1 epoch; calibrated-loss draws calibration.png)."""
-    import yaml
-
-    data = {
-        "name": "tiny", "seed": 0, "dataset": {"name": "digits"},
-        "split": {"audit": 200, "public": 200, "population": 100}, "models": 2,
-        "recipe": {"architecture": "mlp", "epochs": 1, "batch_size": 64},
-        "signals": {"queries": ["plain"]}, "attacks": ["loss", "calibrated-loss"],
-        "metrics": {"bootstrap": 20}, "output": str(tmp_path / "runs" / "tiny"),
-        "cache_dir": str(tmp_path / "cache"), **overrides,
-    }
-    path = tmp_path / f"tiny-{len(list(tmp_path.glob('tiny-*.yaml')))}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def _files(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def test_a_run_folder_is_not_clobbered_by_another_command(tmp_path, capsys, caplog):
+def test_a_run_folder_is_not_clobbered_by_another_command(tmp_path, capsys, caplog,
+                                                           tiny_run_yaml):
     """`miaudit attack runs/x/bank.npz --out runs/x` into a finished run's folder used to delete
     its config.yaml and calibration.png without a word."""
-    config = _tiny_run_config(tmp_path)
+    config = tiny_run_yaml()
     out = tmp_path / "runs" / "tiny"
     assert main(["run", str(config), "--quiet"]) == 0
     assert main(["run", str(config), "--quiet"]) == 0  # the same config reruns, no flag needed
@@ -138,7 +122,7 @@ def test_a_run_folder_is_not_clobbered_by_another_command(tmp_path, capsys, capl
            "folder." in err
     assert _files(out) == before  # refused before any work: nothing written, nothing removed
     # a different config of the same command is another run too
-    assert main(["run", str(_tiny_run_config(tmp_path, seed=1)), "--quiet"]) == 2
+    assert main(["run", str(tiny_run_yaml("seed-1", seed=1)), "--quiet"]) == 2
     assert "'tiny', made by `miaudit run` with a different config" in capsys.readouterr().err
     assert _files(out) == before
     with caplog.at_level(logging.WARNING, logger="miaudit.io"):

@@ -46,14 +46,6 @@ def predict_proba(x):
 '''
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="session")
 def split() -> dict[str, np.ndarray]:
     """Seeded digits rows: members, non-members, public (the rest)."""

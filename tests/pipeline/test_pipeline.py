@@ -233,22 +233,6 @@ def _snapshot(root):
             for p in sorted(root.rglob("*"))}
 
 
-def _cli_config(tmp_path, name="good", **overrides):
-    """A tiny run (2 MLPs, 1 epoch) as a YAML file for `miaudit run`, into tmp_path/runs."""
-    data = {
-        "name": "tiny", "seed": 0, "dataset": {"name": "digits"},
-        "split": {"audit": 200, "public": 200, "population": 100}, "models": 2,
-        "recipe": {"architecture": "mlp", "epochs": 1, "batch_size": 64},
-        "signals": {"queries": ["plain"]}, "attacks": ["loss", "calibrated-loss"],
-        "metrics": {"bootstrap": 20}, "output": str(tmp_path / "runs" / "tiny"),
-        "cache_dir": str(tmp_path / "cache"),
-    }
-    data.update(overrides)
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 @pytest.mark.parametrize("bad, message", [
     ({"recipe": {"architecture": "mlp", "epochz": 1}}, "epochz"),
     ({"dataset": {"name": "digitz"}}, "digitz"),
@@ -256,24 +240,25 @@ def _cli_config(tmp_path, name="good", **overrides):
     ({"split": {"audit": 200, "public": 200, "population": 100, "members": 200}},
      "split.members"),
 ])
-def test_a_failing_run_leaves_the_previous_run_byte_identical(tmp_path, capsys, bad, message):
+def test_a_failing_run_leaves_the_previous_run_byte_identical(tmp_path, capsys, bad, message,
+                                                              tiny_run_yaml):
     from miaudit.cli import main
 
-    assert main(["run", str(_cli_config(tmp_path)), "--quiet"]) == 0
+    assert main(["run", str(tiny_run_yaml()), "--quiet"]) == 0
     before = _snapshot(tmp_path / "runs")
     # --overwrite: another config's run may replace this one, yet bad input leaves it intact
-    assert main(["run", str(_cli_config(tmp_path, "bad", **bad)), "--quiet", "--overwrite"]) == 2
+    assert main(["run", str(tiny_run_yaml("bad", **bad)), "--quiet", "--overwrite"]) == 2
     assert message in capsys.readouterr().err
     assert _snapshot(tmp_path / "runs") == before  # same files, same bytes, no stray folder
 
 
 def test_an_interrupted_run_keeps_the_previous_one_and_a_rerun_replaces_it(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, tiny_run_yaml
 ):
     import miaudit.pipeline.runner as runner
     from miaudit.cli import main
 
-    assert main(["run", str(_cli_config(tmp_path)), "--quiet"]) == 0
+    assert main(["run", str(tiny_run_yaml()), "--quiet"]) == 0
     out = tmp_path / "runs" / "tiny"
     assert (out / "calibration.png").exists()
     before = _snapshot(tmp_path / "runs")
@@ -284,12 +269,12 @@ def test_an_interrupted_run_keeps_the_previous_one_and_a_rerun_replaces_it(
     # after training and the bank: the staging folder holds config.yaml and bank.npz by now
     with monkeypatch.context() as patch:
         patch.setattr(runner, "evaluate_bank", interrupted)
-        assert main(["run", str(_cli_config(tmp_path, seed=1)), "--quiet",
+        assert main(["run", str(tiny_run_yaml(seed=1)), "--quiet",
                      "--overwrite"]) == 130
     assert _snapshot(tmp_path / "runs") == before
     # a successful rerun replaces the run whole: no calibration figure (no calibrated-loss)
     # is left over from the previous run, and references on fewer rows are reported
-    again = _cli_config(tmp_path, "again", attacks=["loss"],
+    again = tiny_run_yaml("again", attacks=["loss"],
                         split={"audit": 200, "public": 100, "population": 100})
     assert main(["run", str(again), "--quiet"]) == 2  # another config: refused unless told
     assert main(["run", str(again), "--quiet", "--overwrite"]) == 0

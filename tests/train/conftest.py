@@ -1,17 +1,6 @@
 import numpy as np
 import pytest
-import torch
 from sklearn.datasets import load_digits
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a shared machine spinning OpenMP
-    threads slow them down several-fold; run these tests single-threaded."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
