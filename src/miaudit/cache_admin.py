@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from miaudit.io import TEMP_FILE, pid_alive
+from miaudit.report.formatting import plural
 
 # Files younger than this are never removed (a write may be under way): a write takes seconds.
 GRACE_SECONDS = 300.0
@@ -300,10 +301,6 @@ def human_size(n: float) -> str:
     raise AssertionError  # unreachable
 
 
-def _count(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else many or one + 's'}"
-
-
 def _version_text(store: Store) -> str:
     values = store.current
     digest = values.get(store.digest_field)
@@ -326,7 +323,7 @@ def describe(inventory: Inventory) -> list[str]:
     size = sum(e.size for e in entries)
     lines = [
         f"model cache {inventory.root}",
-        f"  {_count(len(entries), 'entry', 'entries')}, {human_size(size)}: "
+        f"  {plural(len(entries), 'entry', 'entries')}, {human_size(size)}: "
         f"{len(reachable)} reachable by this code ({human_size(sum(e.size for e in reachable))}),"
         f" {len(stale)} stale ({human_size(sum(e.size for e in stale))}), "
         f"{len(corrupt)} corrupt",
@@ -366,8 +363,8 @@ def describe(inventory: Inventory) -> list[str]:
     if to_go or loose:
         freed = sum(e.size for e in to_go) + sum(f.size for f in loose)
         lines += ["", f"`miaudit cache prune` would remove "
-                      f"{_count(len(to_go), 'entry', 'entries')} and "
-                      f"{_count(len(loose), 'orphan file')}, freeing {human_size(freed)}"]
+                      f"{plural(len(to_go), 'entry', 'entries')} and "
+                      f"{plural(len(loose), 'orphan file')}, freeing {human_size(freed)}"]
     return lines
 
 
@@ -387,10 +384,10 @@ def describe_prune(inventory: Inventory, removed: Removed, dry_run: bool) -> lis
     kept = inventory.with_status(REACHABLE)
     lines.append(
         f"{'dry run: ' if dry_run else ''}{verb} "
-        f"{_count(len(removed.entries), 'entry', 'entries')} and "
-        f"{_count(len(removed.loose), 'orphan file')} from {inventory.root}, "
+        f"{plural(len(removed.entries), 'entry', 'entries')} and "
+        f"{plural(len(removed.loose), 'orphan file')} from {inventory.root}, "
         f"{'freeing' if dry_run else 'freed'} {human_size(removed.freed)}; kept "
-        f"{_count(len(kept), 'reachable entry', 'reachable entries')} "
+        f"{plural(len(kept), 'reachable entry', 'reachable entries')} "
         f"({human_size(sum(e.size for e in kept))})")
     lines += [f"could not remove {failure}" for failure in removed.failed]
     skipped = [f for f in inventory.loose if not f.removable]

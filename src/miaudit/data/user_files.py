@@ -18,6 +18,7 @@ from miaudit.data.base import Dataset, describe_mapping, encode_labels
 from miaudit.data.base import standardize as standardize_columns
 from miaudit.data.registry import register_dataset
 from miaudit.errors import DataError
+from miaudit.report.formatting import plural
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,21 +64,13 @@ def numpy_file_problem(path: str | Path, kind: str) -> str | None:
     return f"{path} {found}, not {_NUMPY_WHAT[kind]}"
 
 
-def _plural(n: int, word: str) -> str:
-    # the report's helper, imported when a message needs it: loading data must not load the
-    # report package (matplotlib)
-    from miaudit.report.formatting import plural
-
-    return plural(n, word)
-
-
 def _check_finite(x: np.ndarray, path: Path) -> None:
     bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
     if bad.any():
         rows = np.nonzero(bad)[0]
         many = len(rows) > 1
         raise DataError(
-            f"{path}: {_plural(len(rows), 'row')} {'have' if many else 'has'} NaN or inf "
+            f"{path}: {plural(len(rows), 'row')} {'have' if many else 'has'} NaN or inf "
             f"features (first rows {rows[:5].tolist()}); drop or impute "
             f"{'them' if many else 'it'} before auditing"
         )
@@ -377,7 +370,7 @@ def _load_text_file(
         shown = ", ".join(str(i) for i in empty[:20]) + (" ..." if len(empty) > 20 else "")
         many = len(empty) > 1
         raise DataError(
-            f"{path}: {_plural(len(empty), 'row')} {'have' if many else 'has'} an empty or "
+            f"{path}: {plural(len(empty), 'row')} {'have' if many else 'has'} an empty or "
             f"whitespace-only text in column {text_column!r}: data "
             f"{'rows' if many else 'row'} {shown} (counted from 0, header excluded); fill or "
             f"remove {'them' if many else 'it'}, or pass drop_empty: true to drop "
@@ -386,7 +379,7 @@ def _load_text_file(
     if empty:
         keep[empty] = False
         notes.append(
-            f"dropped {_plural(len(empty), 'row')} with an empty or whitespace-only text "
+            f"dropped {plural(len(empty), 'row')} with an empty or whitespace-only text "
             f"(data rows {empty[:20]}{' ...' if len(empty) > 20 else ''}); the rows after "
             f"{'them' if len(empty) > 1 else 'it'} moved up"
         )
@@ -398,7 +391,7 @@ def _load_text_file(
     repeated = len(texts) - len(set(texts))
     if repeated:
         notes.append(
-            f"{_plural(repeated, 'text')} {'repeat' if repeated > 1 else 'repeats'} an earlier "
+            f"{plural(repeated, 'text')} {'repeat' if repeated > 1 else 'repeats'} an earlier "
             "row exactly (kept: a member and a non-member with the same text cannot be told "
             "apart)"
         )
