@@ -45,19 +45,19 @@ MiB = 2**20
 PHASES = {
     "imports": [("<frozen importlib._bootstrap>", "_find_and_load")],
     "bank load": [("signals/bank.py", "load")],
-    "statistics + attacks": [("attacks/base.py", "run_attack")],
+    "statistics + attacks": [("attacks/registry.py", "run_attack")],
     "metrics + CIs": [("miaudit/metrics.py", "evaluate")],
     "  of which CIs": [("miaudit/metrics.py", "_bootstrap"),
                        ("miaudit/metrics.py", "_auc_interval"),
                        ("miaudit/metrics.py", "_bootstrap_tpr")],
     "model accuracies": [("pipeline/evaluate.py", "model_accuracies")],
-    "ε bounds": [("pipeline/epsilon.py", "bounds")],
+    "ε bounds": [("privacy/attack_bounds.py", "bounds")],
     "figures": [("report/plots.py", "roc_png"), ("report/plots.py", "histograms_png")],
     "scores.csv": [("report/write.py", "scores_csv")],
     "HTML": [("report/html.py", "render_html")],
     "table": [("report/table.py", "format_table")],
     "write_report": [("report/write.py", "write_report")],
-    "whole command": [("miaudit/cli.py", "cmd_attack")],
+    "whole command": [("miaudit/cli/main.py", "cmd_attack")],
 }
 
 
@@ -148,9 +148,9 @@ def profile_run(args: argparse.Namespace, names: list[str]) -> dict[str, float]:
 PHASES_SCRIPT = r"""
 import contextlib, importlib, io, sys, time
 t0 = time.perf_counter()
-for name in ("miaudit.cli", "miaudit.attacks", "miaudit.io", "miaudit.pipeline.evaluate",
+for name in ("miaudit.cli.main", "miaudit.attacks", "miaudit.io", "miaudit.pipeline.evaluate",
              "miaudit.signals", "miaudit.report", "miaudit.report.write", "miaudit.metrics",
-             "miaudit.pipeline.epsilon"):
+             "miaudit.privacy.attack_bounds"):
     importlib.import_module(name)
 seconds = {"imports": time.perf_counter() - t0}
 mod = sys.modules
@@ -170,7 +170,7 @@ def wrap(owner, name, phase):
     setattr(owner, name, classmethod(timed) if cls_method else timed)
 
 ev, wr = mod["miaudit.pipeline.evaluate"], mod["miaudit.report.write"]
-ep = mod["miaudit.pipeline.epsilon"]
+ep = mod["miaudit.privacy.attack_bounds"]
 wrap(mod["miaudit.signals"].SignalBank, "load", "bank load")
 wrap(ev, "run_attack", "statistics + attacks")
 wrap(ev, "attack_threshold", "thresholds")
@@ -185,7 +185,7 @@ wrap(wr, "render_html", "HTML")
 wrap(mod["miaudit.report"], "format_table", "table")
 start = time.perf_counter()
 with contextlib.redirect_stdout(io.StringIO()):
-    mod["miaudit.cli"].main(sys.argv[1:])
+    mod["miaudit.cli.main"].main(sys.argv[1:])
 seconds["command (after imports)"] = time.perf_counter() - start
 seconds["whole"] = time.perf_counter() - t0
 for phase, value in seconds.items():

@@ -21,6 +21,9 @@ from sklearn.datasets import load_digits
 
 from miaudit.signals import SignalBank
 
+# the user's own models (tests/user_model_fixtures.py), for the audit's and its CLI's tests
+pytest_plugins = ["user_model_fixtures"]
+
 # The suite never reads a dataset or model from the user's caches: before any test module is
 # imported, the model cache and the data folder point at an empty private folder (tests that
 # need files make them under it or under their own tmp_path). `.ci/run` also runs the whole
@@ -166,3 +169,12 @@ def tiny_run_yaml(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """300 sklearn digits as float32 [N, 1, 8, 8] in [0, 1] and int64 labels."""
+    data = load_digits()
+    x = (data.images[:300] / 16.0).astype(np.float32)[:, None]
+    y = data.target[:300].astype(np.int64)
+    return x, y

@@ -19,15 +19,15 @@ from safetensors.torch import save_file
 from sklearn.datasets import load_digits
 
 import miaudit
-from miaudit.cli import main
+from miaudit.cli.main import main
 from miaudit.config import MetricsConfig, config_from_dict, read_yaml
 from miaudit.errors import ConfigError
-from miaudit.external.config import audit_config
+from miaudit.external.audit_config import audit_config
 from miaudit.models.user import resolve_object
 from miaudit.pipeline import evaluate_bank
-from miaudit.report.strength import ranked
+from miaudit.records.outcomes import AuditResult
 from miaudit.report.write import scores_csv
-from miaudit.results import AuditResult
+from miaudit.verdict.strength import ranked
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 ATTACKS = ["loss", "lira-offline", "rmia"]  # the README example's

@@ -165,7 +165,7 @@ def test_resolving_an_unchecked_config_names_the_key():
 
 @pytest.mark.parametrize(("key", "value"), UNTRAINABLE, ids=str)
 def test_audit_reference_recipes_that_cannot_train_are_refused(key, value):
-    from miaudit.external.config import audit_config
+    from miaudit.external.audit_config import audit_config
 
     data = {"model": {"estimator": "m.joblib"},
             "data": {"dataset": "digits", "members": "members.txt"},
@@ -181,7 +181,7 @@ def test_audit_reference_recipes_that_cannot_train_are_refused(key, value):
 def test_run_command_fails_fast_on_an_untrainable_recipe(tmp_path, capsys):
     """`miaudit run` with recipe {epochs: 0} used to train an untrained target; now it stops
     with exit code 2 and the message while reading the config: no run folder, no model."""
-    from miaudit.cli import main
+    from miaudit.cli.main import main
 
     config = tmp_path / "c.yaml"
     config.write_text(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from miaudit.attacks import base as attacks_registry
+from miaudit.attacks import registry as attacks_registry
 from miaudit.data import registry as data_registry
 from miaudit.models import registry as models_registry
 from miaudit.studies import registry as studies_registry

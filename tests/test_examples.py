@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from miaudit.config import load_config, read_yaml
-from miaudit.external.config import audit_config
+from miaudit.external.audit_config import audit_config
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from miaudit.data import list_datasets
 from miaudit.data.registry import default_data_dir
-from miaudit.train.cache import default_cache_dir
+from miaudit.train.model_cache import default_cache_dir
 
 
 def test_default_caches_are_the_suites_private_folders():

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PYPROJECT = ROOT / "pyproject.toml"
 # the files [tool.mypy] names (a bare `mypy` checks them)
-PUBLIC = ("src/miaudit/__init__.py", "src/miaudit/api.py", "src/miaudit/results.py",
-          "src/miaudit/epsilon_results.py")
+PUBLIC = ("src/miaudit/__init__.py", "src/miaudit/api.py", "src/miaudit/records/outcomes.py",
+          "src/miaudit/privacy/results.py")
 # a call missing its required `data` argument: mypy must say so
 PROBE = "import miaudit\n\nmiaudit.audit(model='outputs.npz')\n"
 PROBE_ERROR = 'error: Missing positional argument "data" in call to "audit"'

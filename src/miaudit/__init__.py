@@ -1,6 +1,7 @@
 """miaudit: measure how much a trained model leaks about its training data.
 
-The Python API (:mod:`miaudit.api`; each returns an :class:`~miaudit.results.AuditResult`)::
+The Python API (:mod:`miaudit.api`; each returns an
+:class:`~miaudit.records.outcomes.AuditResult`)::
 
     miaudit.attack(bank, target=0, attacks=None)           # score attacks on a bank.npz
     miaudit.run(config, out=None)                          # a configured audit (miaudit run)

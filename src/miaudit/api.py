@@ -6,11 +6,12 @@
   what the command line takes (files, import paths, dataset names) or objects in memory;
 - :func:`strongest` / :func:`ranked`: the attacks in the report's order of strength.
 
-Each returns an :class:`~miaudit.results.AuditResult` (``to_frame()``, per attack
+Each returns an :class:`~miaudit.records.outcomes.AuditResult` (``to_frame()``, per attack
 ``outcome.summary``). The command line is a parser over these functions: ``miaudit run`` and
 ``miaudit demo`` call :func:`run`, ``miaudit attack`` calls :func:`attack` (then writes the
 report), and ``miaudit audit`` builds its config with the functions :func:`audit` uses
-(:func:`miaudit.external.config.options_mapping` and :func:`~miaudit.external.config.resolve`)
+(:func:`miaudit.external.audit_config.options_mapping` and
+:func:`~miaudit.external.audit_config.resolve`)
 before ``run_audit``; so both give the same numbers for the same inputs. Heavy modules
 (torch, the pipeline) are imported inside the functions: ``import miaudit`` stays cheap.
 """
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from miaudit.config import MetricsConfig, RunConfig
-    from miaudit.results import AttackOutcome, AuditResult
+    from miaudit.records.outcomes import AttackOutcome, AuditResult
     from miaudit.signals import SignalBank
 
 __all__ = ["attack", "run", "audit", "ranked", "strongest"]
@@ -47,7 +48,7 @@ def _bars(progress: bool) -> Iterator[None]:
     if progress:
         yield
         return
-    from miaudit.progress import progress_switch
+    from miaudit.runtime.progress import progress_switch
 
     with progress_switch(False):
         yield
@@ -82,7 +83,7 @@ def attack(
     ``miaudit attack`` is this function and a report written from its result.
     """
     from miaudit.attacks import list_attacks
-    from miaudit.attacks.base import check_attack_params
+    from miaudit.attacks.registry import check_attack_params
     from miaudit.config import split_names
     from miaudit.pipeline.evaluate import evaluate_bank
     from miaudit.signals import SignalBank
@@ -243,7 +244,7 @@ def _model_section(
     """The audit config's model section for ``model``: a path or import path as the command
     line takes it, or an in-memory object (``instance``)."""
     from miaudit.errors import ConfigError
-    from miaudit.external.config import instance_kind
+    from miaudit.external.audit_config import instance_kind
 
     section: dict[str, Any] = {}
     if model_kwargs is not None:
@@ -386,9 +387,9 @@ def audit(
     import tempfile
 
     from miaudit.config import split_names
-    from miaudit.external.config import options_mapping, resolve
+    from miaudit.external.audit_config import options_mapping, resolve
     from miaudit.external.run import run_audit
-    from miaudit.io import API_TEMP_PREFIX
+    from miaudit.records.run_dir import API_TEMP_PREFIX
 
     # the run's identity names files in this folder alike every time (miaudit.io): arrays given
     # anew to the same audit rerun into its folder
@@ -431,8 +432,8 @@ def ranked(result: AuditResult) -> list[AttackOutcome]:
     """The attacks strongest first, in the report's order (TPR at the headline FPR, the
     lowest one with at least ten expected false positives; then AUC)."""
     # the report's own ranking (here, not as an AuditResult method: report.strength imports
-    # miaudit.results, which must not import it back)
-    from miaudit.report.strength import ranked as report_ranked
+    # miaudit.records.outcomes, which must not import it back)
+    from miaudit.verdict.strength import ranked as report_ranked
 
     return report_ranked(result)[0]
 

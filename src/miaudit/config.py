@@ -102,7 +102,7 @@ class CanariesConfig:
     (offline design only; references never train on them)."""
 
     count: int = 0  # m canaries; 0: off
-    kind: str = "mislabelled"  # mislabelled | natural (miaudit.canaries registry)
+    kind: str = "mislabelled"  # mislabelled | natural (miaudit.privacy.canaries registry)
     # {k_plus, k_minus} (counts or fractions of count), or a list of such candidates, each
     # evaluated at alpha / len(list); None: a tenth of the canaries each way
     guesses: dict[str, Any] | list[dict[str, Any]] | None = None
@@ -269,10 +269,10 @@ def _check_types(cfg: RunConfig) -> None:
 
 def _check_attacks(cfg: RunConfig) -> None:
     """``attacks`` (known names) and ``attack_params`` (names and values), before any model
-    trains (miaudit.attacks.base.check_attack_params)."""
+    trains (miaudit.attacks.registry.check_attack_params)."""
     if not (isinstance(cfg.attacks, list) and all(isinstance(a, str) for a in cfg.attacks)):
         raise ConfigError("attacks must be a list of attack names (see `miaudit attacks`).")
-    from miaudit.attacks.base import check_attack_params, get_attack
+    from miaudit.attacks.registry import check_attack_params, get_attack
 
     for name in cfg.attacks:
         get_attack(name)  # an unknown name, with did-you-mean
@@ -307,8 +307,8 @@ def _check_split_members(cfg: RunConfig) -> None:
 def _check_canaries(cfg: RunConfig) -> None:
     """``canaries``: a count >= 0, a registered kind, guesses that fit the count, and a design
     that supports them (whether m can certify ε > 0 at all is checked with the recipe's δ in
-    miaudit.pipeline.canaries, before training)."""
-    from miaudit.canaries import canary_kind, resolve_guesses
+    miaudit.privacy.run_canaries, before training)."""
+    from miaudit.privacy.canaries import canary_kind, resolve_guesses
     from miaudit.protocol import supports_canaries
 
     if cfg.canaries is None:  # `canaries:` left empty in the YAML

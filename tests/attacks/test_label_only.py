@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from miaudit.attacks import TargetView, get_attack, run_attack
-from miaudit.attacks.base import Needs
-from miaudit.cli import main
+from miaudit.attacks.registry import Needs
+from miaudit.cli.main import main
 from miaudit.config import MetricsConfig
 from miaudit.errors import AttackError
 from miaudit.pipeline.evaluate import evaluate_bank

@@ -15,10 +15,10 @@ import yaml
 
 import miaudit
 from miaudit.attacks import TargetView, get_attack, list_attacks, register_attack, run_attack
-from miaudit.attacks import base as registry
-from miaudit.attacks.base import check_attack_params, check_params
+from miaudit.attacks import registry as registry
 from miaudit.attacks.params import Param
-from miaudit.cli import main
+from miaudit.attacks.registry import check_attack_params, check_params
+from miaudit.cli.main import main
 from miaudit.config import RunConfig, config_from_dict
 from miaudit.errors import AttackError, ConfigError, ParamError
 
@@ -315,7 +315,7 @@ def test_the_shape_of_attack_params_is_checked():
         check_attack_params({"rmia": 2})
     assert check_attack_params({"rmia": None}) == {"rmia": {}}
     with pytest.raises(ConfigError, match="must map attack names"):
-        from miaudit.external.config import audit_config
+        from miaudit.external.audit_config import audit_config
 
         audit_config({"model": {"estimator": "m.joblib"},
                       "data": {"dataset": "digits", "members": "m.txt"},

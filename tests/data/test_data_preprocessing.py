@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from miaudit.cli import main
+from miaudit.cli.main import main
 from miaudit.data import Dataset, list_datasets, load_dataset, registry
 from miaudit.errors import DataError
 

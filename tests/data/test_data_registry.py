@@ -17,7 +17,7 @@ from miaudit.data import (
     list_datasets,
     load_dataset,
 )
-from miaudit.data.base import encode_labels
+from miaudit.data.dataset import encode_labels
 from miaudit.errors import DataError, MiauditError
 
 EXPECTED = {

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from miaudit.cli import main
+from miaudit.cli.main import main
 from miaudit.data import Dataset, fetch_dataset, is_present, list_datasets, load_dataset
 from miaudit.data.spam import NPM_SPEC, message_text
 from miaudit.errors import DataError

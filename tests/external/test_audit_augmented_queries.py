@@ -3,7 +3,7 @@ augmentation-consistency with the reason instead of reporting a copy of correctn
 
 import json
 
-from miaudit.cli import main
+from miaudit.cli.main import main
 
 
 def test_audit_skips_augmentation_consistency_on_one_query(user, tmp_path):

@@ -5,8 +5,8 @@ from sklearn.datasets import load_digits
 
 from miaudit.attacks import list_attacks
 from miaudit.errors import DataError
-from miaudit.external.bank import build_audit_bank, skip_reasons
-from miaudit.external.config import audit_config
+from miaudit.external.audit_bank import build_audit_bank, skip_reasons
+from miaudit.external.audit_config import audit_config
 from miaudit.external.data import build_audit_data
 from miaudit.external.references import SklearnCache, reference_models, torch_recipe
 from miaudit.external.sources import load_target

@@ -6,7 +6,7 @@ import pytest
 from sklearn.datasets import load_digits
 
 from miaudit.errors import ConfigError, DataError
-from miaudit.external.config import audit_config
+from miaudit.external.audit_config import audit_config
 from miaudit.external.data import build_audit_data, read_rows
 
 

@@ -4,8 +4,8 @@ import pytest
 from miaudit import metrics
 from miaudit.data import Dataset
 from miaudit.external.data import AuditData
-from miaudit.external.exposure import exposure_csv, rank_exposed, thumbnail_figure
-from miaudit.results import AttackOutcome, AuditResult
+from miaudit.external.exposed import exposure_csv, rank_exposed, thumbnail_figure
+from miaudit.records.outcomes import AttackOutcome, AuditResult
 
 
 def _setup(kind: str = "image"):

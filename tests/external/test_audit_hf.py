@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import miaudit
-from miaudit.cli import main
+from miaudit.cli.main import main
 from miaudit.errors import ConfigError
 from miaudit.models.text import train_bpe
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from miaudit.errors import DataError
-from miaudit.external.bank import _rows_from
+from miaudit.external.audit_bank import _rows_from
 from miaudit.external.sources import load_outputs, to_logits
 
 

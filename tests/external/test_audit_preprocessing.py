@@ -16,10 +16,10 @@ from sklearn.datasets import load_digits
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.linear_model import LogisticRegression
 
-from miaudit.cli import build_parser
+from miaudit.cli.audit import flags_to_dict
+from miaudit.cli.main import build_parser
 from miaudit.errors import ConfigError
-from miaudit.external.cli import flags_to_dict
-from miaudit.external.config import audit_config
+from miaudit.external.audit_config import audit_config
 from miaudit.external.data import build_audit_data
 from miaudit.external.run import run_audit
 

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from miaudit.external.config import audit_config
+from miaudit.external.audit_config import audit_config
 from miaudit.external.references import reference_rows
 
 

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from miaudit.cli import main
+from miaudit.cli.main import main
 from miaudit.errors import ConfigError
-from miaudit.external.config import audit_config
+from miaudit.external.audit_config import audit_config
 from miaudit.external.references import reference_rows
 
 

@@ -8,7 +8,7 @@ from sklearn.datasets import load_digits
 from sklearn.svm import LinearSVC
 
 from miaudit.errors import ConfigError, DataError
-from miaudit.external.config import ModelSection
+from miaudit.external.audit_config import ModelSection
 from miaudit.external.sources import load_outputs, load_state, load_target, to_logits
 
 SHAPE = (1, 8, 8)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from miaudit.cli import main
+from miaudit.cli.main import main
 
 
 @pytest.fixture(scope="module")

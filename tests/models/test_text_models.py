@@ -14,7 +14,7 @@ from miaudit.models import build_model, list_models
 from miaudit.models import text as T
 from miaudit.signals.query import per_sample_grad_norms
 from miaudit.train import stacked
-from miaudit.train.cache import ModelCache
+from miaudit.train.model_cache import ModelCache
 from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import train_model, train_models
 

@@ -108,7 +108,7 @@ def test_the_assembly_queries_causal_lms_into_sequence_arrays():
 
 
 def test_a_causal_lm_recipe_needs_texts_and_lm_references():
-    from miaudit.pipeline.bank import check_lm_recipes
+    from miaudit.pipeline.querying import check_lm_recipes
 
     lm = {"name": "x", "dataset": {"name": "digits"}, "recipe": {"architecture": "gpt-small"}}
     with pytest.raises(ConfigError, match="trains on texts"):

@@ -242,7 +242,7 @@ def _snapshot(root):
 ])
 def test_a_failing_run_leaves_the_previous_run_byte_identical(tmp_path, capsys, bad, message,
                                                               tiny_run_yaml):
-    from miaudit.cli import main
+    from miaudit.cli.main import main
 
     assert main(["run", str(tiny_run_yaml()), "--quiet"]) == 0
     before = _snapshot(tmp_path / "runs")
@@ -256,7 +256,7 @@ def test_an_interrupted_run_keeps_the_previous_one_and_a_rerun_replaces_it(
     tmp_path, monkeypatch, capsys, tiny_run_yaml
 ):
     import miaudit.pipeline.runner as runner
-    from miaudit.cli import main
+    from miaudit.cli.main import main
 
     assert main(["run", str(tiny_run_yaml()), "--quiet"]) == 0
     out = tmp_path / "runs" / "tiny"
@@ -317,16 +317,17 @@ def test_scorer_thresholds_come_from_their_held_out_rows_without_a_rerun(
 
 
 def test_threshold_rows_on_audit_samples_are_refused(digits_bank, monkeypatch):
-    from miaudit.attacks import base
+    from miaudit.attacks import registry
 
     def cheat(view):
         audit = np.flatnonzero(view.audit)[:4]
-        rows = base.ThresholdRows(np.zeros(4), np.array([0, 1, 0, 1], bool), audit)
-        return base.Scored(np.zeros(view.n_samples), rows)
+        rows = registry.ThresholdRows(np.zeros(4), np.array([0, 1, 0, 1], bool), audit)
+        return registry.Scored(np.zeros(view.n_samples), rows)
 
-    monkeypatch.setitem(base._REGISTRY, "cheat", base.AttackSpec("cheat", cheat, base.Needs(), ""))
+    spec = registry.AttackSpec("cheat", cheat, registry.Needs(), "")
+    monkeypatch.setitem(registry._REGISTRY, "cheat", spec)
     with pytest.raises(AttackError, match="public data only"):
-        base.run_attack("cheat", TargetView.of(digits_bank, 0))
+        registry.run_attack("cheat", TargetView.of(digits_bank, 0))
 
 
 def test_target_fit_flags_a_target_near_chance_on_its_own_training_rows():

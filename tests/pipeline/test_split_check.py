@@ -22,7 +22,7 @@ from miaudit.pipeline.split_check import (
     split_check,
     split_shifted,
 )
-from miaudit.results import AttackOutcome
+from miaudit.records.outcomes import AttackOutcome
 
 CFG = MetricsConfig(bootstrap=50)
 

@@ -8,7 +8,7 @@ import math
 import pandas as pd
 
 from miaudit.metrics import evaluate
-from miaudit.pipeline.checkpoints import checkpoints_table
+from miaudit.pipeline.checkpoint_audit import checkpoints_table
 from miaudit.report.formatting import (
     ci_words,
     fmt_ci,

@@ -16,8 +16,8 @@ import miaudit.io
 import miaudit.report.write as write_mod
 from miaudit.errors import MiauditError
 from miaudit.metrics import evaluate
+from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.report import format_table, write_report
-from miaudit.results import AttackOutcome, AuditResult
 
 N = 600
 NAMES = ["loss", "lira-online", "correctness"]

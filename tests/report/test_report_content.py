@@ -15,12 +15,12 @@ from matplotlib.figure import Figure
 import miaudit.report.write as write_mod
 from miaudit.errors import MiauditError
 from miaudit.metrics import evaluate
+from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.report import format_table, write_report
 from miaudit.report.exposure import rank_members
 from miaudit.report.plots import figure_png, histograms_figure, normalised_ranks
 from miaudit.report.table import STRONGEST_MARK, TRAIN_LABEL
-from miaudit.report.verdict import verdict_line
-from miaudit.results import AttackOutcome, AuditResult
+from miaudit.verdict.headline import verdict_line
 
 N = 400
 

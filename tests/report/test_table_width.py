@@ -11,12 +11,12 @@ import pytest
 
 from miaudit.config import CanariesConfig, MetricsConfig
 from miaudit.pipeline.evaluate import evaluate_bank
+from miaudit.records.outcomes import AuditResult
 from miaudit.report import format_table, write_report
 from miaudit.report.table import build_table
 from miaudit.report.terminal import MIN_WIDTH, terminal_width
-from miaudit.report.verdict import verdict_line
-from miaudit.results import AuditResult
 from miaudit.signals import SignalBank
+from miaudit.verdict.headline import verdict_line
 
 ATTACKS = ["loss", "calibrated-loss", "calibrated-gradient-norm", "rmia", "correctness"]
 COST_HEADERS = ["models", "queries", "train s (orig.)", "score s"]

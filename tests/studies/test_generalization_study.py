@@ -9,7 +9,7 @@ from scipy import stats
 from miaudit.signals import SignalBank
 from miaudit.studies import generalization as gen
 from miaudit.studies.generalization import report as summary
-from miaudit.studies.generalization.bank import (
+from miaudit.studies.generalization.halves_banks import (
     ROC_FPRS,
     model_stats,
     tpr_column,

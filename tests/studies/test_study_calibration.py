@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from miaudit.config import config_from_dict
-from miaudit.studies.calibration import config as calibration_config
+from miaudit.studies.calibration import settings as calibration_config
 from miaudit.studies.calibration.evaluation import subsample_members
 from miaudit.studies.calibration.paper import COLUMNS, TABLE2_AUC, TABLE3_ACC
 from miaudit.studies.calibration.report import score_table

@@ -5,8 +5,8 @@ from sklearn.datasets import load_digits
 
 from miaudit.errors import ConfigError
 from miaudit.train import ModelCache, Recipe, train_model
-from miaudit.train.cache import forgetting_key, key_for
 from miaudit.train.forgetting import forget
+from miaudit.train.model_cache import forgetting_key, key_for
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import yaml
 
-from miaudit.cli import main
+from miaudit.cli.main import main
 from miaudit.config import config_from_dict
 from miaudit.pipeline import build_bank
 from miaudit.train import ModelCache, Recipe, stacked

@@ -9,7 +9,7 @@ from miaudit.errors import ConfigError
 from miaudit.models import build_model
 from miaudit.models.text import next_token_loss
 from miaudit.train import Recipe, train_model
-from miaudit.train.base import derive_seeds, isolated_rng
+from miaudit.train.common import derive_seeds, isolated_rng
 
 LM = {"n_layer": 1, "n_embd": 16, "n_head": 2, "vocab_size": 20}
 RECIPE = Recipe(architecture="gpt-small", arch_params=LM, optimizer="adam", lr=0.03, epochs=20,

@@ -17,7 +17,8 @@ from miaudit.attacks import (  # noqa: F401  (importing a module registers its a
     shokri,
     threshold,
 )
-from miaudit.attacks.base import (
+from miaudit.attacks.params import Param
+from miaudit.attacks.registry import (
     AttackRun,
     AttackSpec,
     Needs,
@@ -27,7 +28,6 @@ from miaudit.attacks.base import (
     register_attack,
     run_attack,
 )
-from miaudit.attacks.params import Param
 from miaudit.attacks.view import TargetView
 
 __all__ = [

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaln, log_ndtr, stdtr
 
-from miaudit.attacks.base import Needs, register_attack
 from miaudit.attacks.calibration import query_mean
 from miaudit.attacks.lira import (
     EQUAL_COUNTS,
@@ -50,6 +49,7 @@ from miaudit.attacks.lira import (
     moments,
 )
 from miaudit.attacks.params import Param
+from miaudit.attacks.registry import Needs, register_attack
 from miaudit.attacks.view import TargetView
 from miaudit.errors import AttackError
 

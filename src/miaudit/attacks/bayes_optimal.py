@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-from miaudit.attacks.base import Needs, register_attack
 from miaudit.attacks.params import Param
+from miaudit.attacks.registry import Needs, register_attack
 from miaudit.attacks.view import TargetView
 from miaudit.errors import AttackError
 

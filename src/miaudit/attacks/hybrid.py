@@ -30,9 +30,9 @@ from functools import partial
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, Scored, get_attack, register_attack, scores_of
 from miaudit.attacks.params import Param
 from miaudit.attacks.rapid import RAPID_PARAMS, rapid_features, rapid_scorer_attack
+from miaudit.attacks.registry import Needs, Scored, get_attack, register_attack, scores_of
 from miaudit.attacks.shadow import Featurizer
 from miaudit.attacks.view import TargetView, mean_over_out
 from miaudit.errors import AttackError

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, register_attack
+from miaudit.attacks.registry import Needs, register_attack
 from miaudit.attacks.view import TargetView, mean_over_out
 
 CHANNEL = "boundary_distance"

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import log_ndtr
 
-from miaudit.attacks.base import Needs, register_attack
 from miaudit.attacks.calibration import query_mean
 from miaudit.attacks.params import Param
+from miaudit.attacks.registry import Needs, register_attack
 from miaudit.attacks.view import TargetView
 
 SIGMA_FLOOR = 1e-6

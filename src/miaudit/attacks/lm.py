@@ -27,7 +27,6 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.special import log_ndtr
 
-from miaudit.attacks.base import Needs, Scored, register_attack
 from miaudit.attacks.lira import (
     EQUAL_COUNTS,
     FIXED_VARIANCE,
@@ -37,6 +36,7 @@ from miaudit.attacks.lira import (
 )
 from miaudit.attacks.params import Param
 from miaudit.attacks.rapid import RAPID_PARAMS, rapid_scorer_attack
+from miaudit.attacks.registry import Needs, Scored, register_attack
 from miaudit.attacks.rmia import GAMMA, OFFLINE_A, offline_scores
 from miaudit.attacks.view import TargetView, mean_over_out
 from miaudit.errors import AttackError

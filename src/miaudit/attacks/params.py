@@ -1,6 +1,6 @@
 """Declared attack parameters: each attack states its parameters' types, defaults, valid values
 and meanings (`Param`), so that a misspelt name or an impossible value is refused before any
-model trains (`miaudit.attacks.base.check_params`), and `miaudit attacks NAME` can print them.
+model trains (`miaudit.attacks.registry.check_params`), and `miaudit attacks NAME` can print them.
 """
 
 from __future__ import annotations

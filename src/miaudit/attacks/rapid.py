@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, Scored, register_attack
 from miaudit.attacks.params import Param
+from miaudit.attacks.registry import Needs, Scored, register_attack
 from miaudit.attacks.shadow import Featurizer, Preprocessor, scorer_attack
 from miaudit.attacks.view import TargetView, side_means
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, register_attack
 from miaudit.attacks.params import Param
+from miaudit.attacks.registry import Needs, register_attack
 from miaudit.attacks.view import TargetView, side_means
 from miaudit.errors import AttackError
 

@@ -25,11 +25,11 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-from miaudit.attacks.base import Scored, ThresholdRows
+from miaudit.attacks.registry import Scored, ThresholdRows
 from miaudit.attacks.view import TargetView
 from miaudit.errors import AttackError
-from miaudit.progress import progress_bar
-from miaudit.threads import cpu_threads
+from miaudit.runtime.progress import progress_bar
+from miaudit.runtime.threads import cpu_threads
 
 Featurizer = Callable[[TargetView], tuple[np.ndarray, np.ndarray]]
 # Fitted on shadow features; returns the transform applied to shadow and target features alike.
@@ -230,7 +230,7 @@ def train_scorer(
     epoch the BCE on those rows, and once `patience` epochs in a row bring no new best it stops
     and keeps the best epoch's weights (at most `epochs`). The held-out rows are the caller's
     to keep apart from anything evaluated (`build_shadow_split`). ``desc`` labels its progress
-    bar over epochs (:mod:`miaudit.progress`)."""
+    bar over epochs (:mod:`miaudit.runtime.progress`)."""
     import torch
 
     features = _checked(features, labels, "training")

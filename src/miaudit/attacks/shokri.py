@@ -25,7 +25,6 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import softmax
 
-from miaudit.attacks.base import Needs, Scored, register_attack
 from miaudit.attacks.params import Param
 from miaudit.attacks.rapid import (
     BATCH_SIZE,
@@ -38,6 +37,7 @@ from miaudit.attacks.rapid import (
     SEED,
     WEIGHT_DECAY,
 )
+from miaudit.attacks.registry import Needs, Scored, register_attack
 from miaudit.attacks.shadow import MLPScorer, build_shadow_split, threshold_rows, train_scorer
 from miaudit.attacks.view import TargetView
 

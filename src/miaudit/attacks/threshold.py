@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from miaudit.attacks.base import Needs, register_attack
+from miaudit.attacks.registry import Needs, register_attack
 from miaudit.attacks.view import TargetView
 
 

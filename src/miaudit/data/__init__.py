@@ -18,7 +18,7 @@ from miaudit.data import (  # noqa: F401  (register)
     tabular,
     user_files,
 )
-from miaudit.data.base import Dataset
+from miaudit.data.dataset import Dataset
 from miaudit.data.registry import (
     DatasetInfo,
     default_data_dir,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.data import fetch
-from miaudit.data.base import Dataset
+from miaudit.data.dataset import Dataset
 from miaudit.data.registry import register_dataset
 from miaudit.errors import DataError
 

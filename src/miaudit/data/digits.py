@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from miaudit.data.base import Dataset
+from miaudit.data.dataset import Dataset
 from miaudit.data.registry import register_dataset
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from miaudit.data import fetch
-from miaudit.data.base import Dataset, describe_mapping, standardize
+from miaudit.data.dataset import Dataset, describe_mapping, standardize
 from miaudit.data.registry import register_dataset
 from miaudit.errors import DataError
 from miaudit.io import atomic_open

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from miaudit.data import fetch
-from miaudit.data.base import Dataset
+from miaudit.data.dataset import Dataset
 from miaudit.data.registry import register_dataset
 from miaudit.errors import DataError
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miaudit.data.base import Dataset
+from miaudit.data.dataset import Dataset
 from miaudit.errors import DataError
 
 Loader = Callable[..., Dataset]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from miaudit.data import fetch
-from miaudit.data.base import Dataset, standardize
+from miaudit.data.dataset import Dataset, standardize
 from miaudit.data.registry import register_dataset
 from miaudit.errors import DataError
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from miaudit.data.base import Dataset, describe_mapping, encode_labels
-from miaudit.data.base import standardize as standardize_columns
+from miaudit.data.dataset import Dataset, describe_mapping, encode_labels
+from miaudit.data.dataset import standardize as standardize_columns
 from miaudit.data.registry import register_dataset
 from miaudit.errors import DataError
 from miaudit.report.formatting import plural

@@ -21,7 +21,7 @@ import numpy as np
 from miaudit.data import Dataset, load_dataset
 from miaudit.data.user_files import numpy_file_problem
 from miaudit.errors import ConfigError, DataError
-from miaudit.external.config import AuditConfig
+from miaudit.external.audit_config import AuditConfig
 from miaudit.report.formatting import plural
 
 _MAPPING = re.compile(r"labels mapped to 0\.\.\d+: (\{.*?\})")

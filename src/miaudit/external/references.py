@@ -3,7 +3,8 @@
 - PyTorch: the user's module class (model kind ``import``) with the recipe the user states,
   trained by miaudit's trainer and cached by content like every other model.
 - Hugging Face folder: the ``hf`` architecture with that recipe, fine-tuned from
-  ``references.base`` or the model's config from scratch (:func:`miaudit.external.hf.hf_recipe`).
+  ``references.base`` or the model's config from scratch
+  (:func:`miaudit.external.hf_folder.hf_recipe`).
 - scikit-learn: ``sklearn.base.clone`` of the estimator (its own hyper-parameters, a fresh
   ``random_state`` per reference) fitted on each reference's rows, cached by content in
   ``<cache>/sklearn``.
@@ -30,9 +31,10 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from miaudit import code_version, version
+from miaudit import version
+from miaudit.cache import code_version
 from miaudit.errors import CacheError, ConfigError
-from miaudit.external.config import AuditConfig
+from miaudit.external.audit_config import AuditConfig
 from miaudit.external.data import AuditData
 from miaudit.external.sources import OutputModule, Target, sklearn_predict
 from miaudit.io import atomic_path, write_json
@@ -64,7 +66,7 @@ class References:
 def torch_recipe(cfg: AuditConfig, target: Target) -> tuple[Recipe | None, str | None]:
     """The reference recipe, or None and why there is none."""
     if target.kind == "hf":
-        from miaudit.external.hf import hf_recipe  # transformers only for model folders
+        from miaudit.external.hf_folder import hf_recipe  # transformers only for model folders
 
         return hf_recipe(cfg, target)
     stated = cfg.references.recipe

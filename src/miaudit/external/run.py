@@ -10,26 +10,27 @@ from typing import Any
 import torch
 
 from miaudit.attacks import get_attack
-from miaudit.attacks.base import check_attack_params
-from miaudit.devices import resolve_device
+from miaudit.attacks.registry import check_attack_params
 from miaudit.errors import ConfigError
-from miaudit.external.bank import bank_summary, build_audit_bank, skip_reasons
-from miaudit.external.config import AuditConfig, dump_audit_config
+from miaudit.external.audit_bank import bank_summary, build_audit_bank, skip_reasons
+from miaudit.external.audit_config import AuditConfig, dump_audit_config
 from miaudit.external.data import AuditData, build_audit_data
-from miaudit.external.exposure import exposure_csv, rank_exposed, thumbnail_figure
-from miaudit.external.hf import default_attacks, hf_task, load_hf_target, reference_note
+from miaudit.external.exposed import exposure_csv, rank_exposed, thumbnail_figure
+from miaudit.external.hf_folder import default_attacks, hf_task, load_hf_target, reference_note
 from miaudit.external.references import References, reference_models
 from miaudit.external.sources import Target, load_target, prediction_function
-from miaudit.external.verdict import make_verdict, verdict_text
-from miaudit.io import StagedRunDir, write_json, write_text
+from miaudit.io import write_json, write_text
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.pipeline.split_check import split_check
+from miaudit.privacy.sections import privacy_line
+from miaudit.records.outcomes import AuditResult
+from miaudit.records.run_dir import StagedRunDir
 from miaudit.report import format_table, write_report
 from miaudit.report.exposure import EXPOSURE_FIGURE
-from miaudit.report.privacy import privacy_line
 from miaudit.report.split import split_line
-from miaudit.results import AuditResult
-from miaudit.train.cache import default_cache_dir
+from miaudit.runtime.devices import resolve_device
+from miaudit.train.model_cache import default_cache_dir
+from miaudit.verdict.release import make_verdict, verdict_text
 
 _SEEN_AS = {"torch": "outputs (logits or probabilities)", "sklearn": "predicted probabilities",
             "function": "outputs", "outputs": "outputs", "hf": "outputs (logits or probabilities)"}

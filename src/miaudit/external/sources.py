@@ -25,7 +25,7 @@ from torch import nn
 
 from miaudit.data.user_files import numpy_file_problem
 from miaudit.errors import ConfigError, DataError
-from miaudit.external.config import ModelSection
+from miaudit.external.audit_config import ModelSection
 from miaudit.models import build_model
 from miaudit.models.user import check_output_width, resolve_object
 from miaudit.report.formatting import plural
@@ -44,7 +44,7 @@ class Target:
     estimator: Any = None  # scikit-learn only (cloned for reference models)
     outputs: dict[str, tuple[np.ndarray | None, np.ndarray]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    hf: Any = None  # a Hugging Face folder's details (miaudit.external.hf.HFTarget)
+    hf: Any = None  # a Hugging Face folder's details (miaudit.external.hf_folder.HFTarget)
 
     @property
     def white_box(self) -> bool:

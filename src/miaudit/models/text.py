@@ -80,7 +80,7 @@ def minilm_version() -> str:
 
 def pretrained_root() -> Path:
     """``<model cache>/pretrained``: the model cache is ``$MIAUDIT_CACHE_DIR`` if set, else
-    ``~/.cache/miaudit/models`` (the rule of ``miaudit.train.cache.default_cache_dir``, which
+    ``~/.cache/miaudit/models`` (the rule of ``miaudit.train.model_cache.default_cache_dir``, which
     this layer cannot import: ``train`` imports ``models``)."""
     env = os.environ.get("MIAUDIT_CACHE_DIR")
     base = Path(env) if env else Path.home() / ".cache" / "miaudit" / "models"
@@ -565,7 +565,7 @@ def tokenized_dataset(
     exact float32; see :func:`token_ids`), and a warning when texts were cut (None if none; the
     dataset's notes always say how many). The
     fingerprint is the token ids', so cache keys follow the tokenizer and ``max_length``."""
-    from miaudit.data.base import Dataset
+    from miaudit.data.dataset import Dataset
 
     tokens = tokenize(dataset.features, max_length, tokenizer)
     note = (f"{tokens.n_truncated} of {len(dataset)} texts were longer than {max_length} tokens "

@@ -4,15 +4,14 @@ Its stages import one way, each only the ones before it:
 
 - ``models``: recipes resolved from the config; the design's models trained or loaded from the
   content-addressed cache (with checkpoints); calibration-via-forgetting copies;
-- ``canaries``: one-run auditing's canaries checked before any work, relabelled, recorded;
-- ``bank``: every model queried into a :class:`~miaudit.signals.SignalBank` (``build_bank``);
-- ``epsilon``: each attack's ε and μ-GDP lower bounds and the best of them (``EpsilonPlan``,
-  ``privacy_audit``);
+- ``querying``: every model queried into a :class:`~miaudit.signals.SignalBank`
+  (``build_bank``), with the canaries of one-run auditing (:mod:`miaudit.privacy.run_canaries`);
 - ``split_check``: can the audit's members be told from its non-members without the model
   (``split_check``, a cross-fitted classifier on the rows alone)?
 - ``evaluate``: attacks scored on a bank and evaluated (``evaluate_bank``), with the checks
-  the verdict reads (the split check's record, the target's fit on its own training rows);
-- ``checkpoints``: a bank and a report per checkpoint kept along training;
+  the verdict reads (the split check's record, the target's fit on its own training rows) and
+  each attack's privacy bounds (:mod:`miaudit.privacy.attack_bounds`);
+- ``checkpoint_audit``: a bank and a report per checkpoint kept along training;
 - ``runner``: the whole run (``run``) into a staging folder, committed on success.
 
 The names below load their stage on first use (PEP 562): `miaudit attack` imports
@@ -26,19 +25,19 @@ from typing import Any
 
 # name -> the module that defines it
 _EXPORTS = {
-    "resolve_device": "miaudit.devices",
-    "BuiltBank": "miaudit.pipeline.bank",
-    "build_bank": "miaudit.pipeline.bank",
-    "default_queries": "miaudit.pipeline.bank",
-    "query_bank": "miaudit.pipeline.bank",
-    "EpsilonPlan": "miaudit.pipeline.epsilon",
-    "privacy_audit": "miaudit.pipeline.epsilon",
+    "resolve_device": "miaudit.runtime.devices",
+    "BuiltBank": "miaudit.pipeline.querying",
+    "build_bank": "miaudit.pipeline.querying",
+    "default_queries": "miaudit.pipeline.querying",
+    "query_bank": "miaudit.pipeline.querying",
+    "EpsilonPlan": "miaudit.privacy.attack_bounds",
+    "privacy_audit": "miaudit.privacy.attack_bounds",
     "evaluate_bank": "miaudit.pipeline.evaluate",
     "model_accuracies": "miaudit.pipeline.evaluate",
     "public_threshold": "miaudit.pipeline.evaluate",
     "run": "miaudit.pipeline.runner",
     "run_dir_for": "miaudit.pipeline.runner",
-    "default_cache_dir": "miaudit.train.cache",
+    "default_cache_dir": "miaudit.train.model_cache",
 }
 
 __all__ = sorted(_EXPORTS)

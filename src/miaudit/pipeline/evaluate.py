@@ -1,6 +1,6 @@
 """Stage 2 of a run: every attack scored on a bank for one target and evaluated on the audit
 samples (thresholds for balanced accuracy chosen on public data only), with its ε lower bounds
-(:mod:`miaudit.pipeline.epsilon`)."""
+(:mod:`miaudit.privacy.attack_bounds`)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import numpy as np
 
 from miaudit import metrics
 from miaudit.attacks import TargetView, get_attack, run_attack
-from miaudit.attacks.base import AttackRun, ThresholdRows, check_attack_params
+from miaudit.attacks.registry import AttackRun, ThresholdRows, check_attack_params
 from miaudit.config import CanariesConfig, MetricsConfig
 from miaudit.errors import AttackError
-from miaudit.pipeline.epsilon import MODEL_FREE_REASON, EpsilonPlan, privacy_audit
 from miaudit.pipeline.split_check import split_shifted
-from miaudit.progress import progress_bar
-from miaudit.results import AttackOutcome, AuditResult
+from miaudit.privacy.attack_bounds import MODEL_FREE_REASON, EpsilonPlan, privacy_audit
+from miaudit.records.outcomes import AttackOutcome, AuditResult
+from miaudit.runtime.progress import progress_bar
 from miaudit.signals import SignalBank
 
 
@@ -162,7 +162,8 @@ def evaluate_bank(
 
     With `skip_unsupported`, attacks the bank cannot support (no references, no channel, ...)
     are listed in `meta["skipped"]` with the reason instead of failing the whole run.
-    `progress`: a bar over the attacks, naming the one running (see :mod:`miaudit.progress`).
+    `progress`: a bar over the attacks, naming the one running
+    (see :mod:`miaudit.runtime.progress`).
 
     Each attack's metrics get its ε lower bounds (docs/algorithms.md §16): the threshold bound
     on the audit samples at the δ of `target_privacy` (a DP-SGD target's privacy record, the
@@ -171,7 +172,7 @@ def evaluate_bank(
     `meta["privacy_audit"]` names the best bound, Bonferroni-corrected over all of them, and
     what it says of the claim: ``membership`` ("miaudit", "user" or "unknown") is who drew the
     audit samples' membership (a threshold bound refutes a claim with a proof only when miaudit
-    drew it at random; :func:`miaudit.pipeline.epsilon.claim_finding`). A model-free attack
+    drew it at random; :func:`miaudit.privacy.attack_bounds.claim_finding`). A model-free attack
     (``blind``) gets no bound: it says nothing about the model.
 
     `meta["checks"]`: ``split`` (``split_check``, the record of

@@ -13,8 +13,8 @@ from miaudit.data import Dataset
 from miaudit.errors import ConfigError
 from miaudit.protocol import Design
 from miaudit.train import CheckpointSpec, ModelCache, Recipe, TrainedModel, key_for
-from miaudit.train.cache import forgetting_key
 from miaudit.train.forgetting import forget
+from miaudit.train.model_cache import forgetting_key
 
 
 @dataclass(frozen=True)

@@ -10,19 +10,20 @@ from typing import Any
 import torch
 
 from miaudit.attacks import get_attack
-from miaudit.attacks.base import check_attack_params
+from miaudit.attacks.registry import check_attack_params
 from miaudit.config import RunConfig, dump_config
-from miaudit.io import StagedRunDir, write_text
-from miaudit.pipeline.bank import BuiltBank, build_bank
-from miaudit.pipeline.canaries import canaries_csv, check_canaries
-from miaudit.pipeline.checkpoints import audit_checkpoints, checkpoints_table
-from miaudit.pipeline.epsilon import privacy_audit
+from miaudit.io import write_text
+from miaudit.pipeline.checkpoint_audit import audit_checkpoints, checkpoints_table
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.pipeline.models import resolve_recipes
+from miaudit.pipeline.querying import BuiltBank, build_bank
 from miaudit.pipeline.split_check import split_check
+from miaudit.privacy.attack_bounds import privacy_audit
+from miaudit.privacy.run_canaries import canaries_csv, check_canaries
+from miaudit.records.outcomes import AttackOutcome, AuditResult
+from miaudit.records.run_dir import StagedRunDir
 from miaudit.report import format_table, write_report
 from miaudit.report.plots import calibration_figure
-from miaudit.results import AttackOutcome, AuditResult
 
 
 def run_dir_for(cfg: RunConfig) -> Path:

@@ -1,6 +1,6 @@
 """Reports from audit results: terminal table, JSON/CSV, PNG figures and one HTML page.
 
-The report reads :class:`miaudit.results.AuditResult` and never recomputes an attack. The
+The report reads :class:`miaudit.records.outcomes.AuditResult` and never recomputes an attack. The
 names below load their module on first use (PEP 562): a module that only needs
 ``miaudit.report.formatting`` (a message's wording) does not pay for matplotlib.
 """

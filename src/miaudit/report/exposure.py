@@ -2,7 +2,7 @@
 
 :func:`rank_members` ranks the members by an attack's score with the false-positive rate an
 attacker accepts to flag each (the share of non-members scoring at least as high); both the
-run report and `miaudit audit` (:mod:`miaudit.external.exposure`) use it. The audit's sections
+run report and `miaudit audit` (:mod:`miaudit.external.exposed`) use it. The audit's sections
 read ``result.meta["verdict"]`` and ``result.meta["exposure"]`` (written by
 :mod:`miaudit.external`); a report without them shows the ranking of :func:`exposed_html`.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.results import AuditResult
+from miaudit.records.outcomes import AuditResult
 
 EXPOSURE_FIGURE = "exposed"  # the thumbnail grid, shown in the exposure section
 _HEADER = ["rank", "row", "label", "predicted", "score", "flagged at FPR", "non-members above"]

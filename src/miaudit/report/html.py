@@ -10,14 +10,14 @@ from typing import Any
 
 import numpy as np
 
+from miaudit.privacy.sections import privacy_line, privacy_section
+from miaudit.records.outcomes import AuditResult
 from miaudit.report.exposure import EXPOSURE_FIGURE, audit_sections, exposed_html
 from miaudit.report.formatting import fmt_auc, pct, rate
-from miaudit.report.privacy import privacy_line, privacy_section
 from miaudit.report.split import split_line
-from miaudit.report.strength import ranked
 from miaudit.report.table import Table, build_table
-from miaudit.report.verdict import short_verdict
-from miaudit.results import AuditResult
+from miaudit.verdict.headline import short_verdict
+from miaudit.verdict.strength import ranked
 
 TOP_EXPOSED = 20
 # how each figure is read; an extra figure without an entry gets a generic caption

@@ -21,10 +21,10 @@ from matplotlib.patches import Patch, StepPatch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator
 
 from miaudit.metrics import roc
+from miaudit.records.outcomes import AuditResult
 from miaudit.report.formatting import fmt_auc, pct
-from miaudit.report.strength import ranked
 from miaudit.report.table import STRONGEST_MARK, fpr_label, reported_fprs
-from miaudit.results import AuditResult
+from miaudit.verdict.strength import ranked
 
 MIN_FPR = 1e-5
 _LEGEND_INSIDE_MAX = 5

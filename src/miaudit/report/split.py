@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from miaudit.pipeline.split_check import SHIFT_P_VALUE, auc_p_value, is_model_free
+from miaudit.records.outcomes import AuditResult
 from miaudit.report.formatting import fmt_auc
-from miaudit.report.strength import checks_of, confidence_of
-from miaudit.results import AuditResult
+from miaudit.verdict.strength import checks_of, confidence_of
 
 
 def _p(p: float | None) -> str:

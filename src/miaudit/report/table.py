@@ -1,5 +1,5 @@
 """The results table: one row per attack, strongest first, shared by the terminal and the HTML
-report. The order and the ★ come from :mod:`miaudit.report.strength`, the same ranking the
+report. The order and the ★ come from :mod:`miaudit.verdict.strength`, the same ranking the
 verdict line and `miaudit audit`'s release statement use. The terminal's form of it, fitted to
 the terminal's width, is :mod:`miaudit.report.terminal`."""
 
@@ -9,16 +9,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from miaudit.pipeline.split_check import is_model_free
-from miaudit.report.formatting import fmt_auc, fmt_ci, pct_ci
-from miaudit.report.privacy import (
+from miaudit.privacy.sections import (
     bound_cell,
     column_support,
     epsilon_legend,
     missing_notes,
     table_columns,
 )
-from miaudit.report.strength import MIN_EXPECTED_FP, expected_false_positives, n_nonmembers, ranked
-from miaudit.results import AuditResult, rate_key
+from miaudit.records.outcomes import AuditResult, rate_key
+from miaudit.report.formatting import fmt_auc, fmt_ci, pct_ci
+from miaudit.verdict.strength import MIN_EXPECTED_FP, expected_false_positives, n_nonmembers, ranked
 
 # the models' training seconds as recorded when they were trained, also when this run loaded
 # them from the cache (then the footnote of :func:`cache_note` says so)

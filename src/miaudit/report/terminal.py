@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Literal
 
-from miaudit.report.privacy import (
+from miaudit.privacy.sections import (
     EPSILON_LB,
     MU_LB,
     ONE_RUN_LB,
@@ -22,11 +22,11 @@ from miaudit.report.privacy import (
     privacy_section,
     table_columns,
 )
+from miaudit.records.outcomes import AuditResult
 from miaudit.report.split import split_line
-from miaudit.report.strength import ranked
 from miaudit.report.table import TRAIN_LABEL, Table, build_table, fpr_label
-from miaudit.report.verdict import verdict_line
-from miaudit.results import AuditResult
+from miaudit.verdict.headline import verdict_line
+from miaudit.verdict.strength import ranked
 
 # The narrowest width format_table fits to (a narrower terminal wraps the lines itself).
 MIN_WIDTH = 40

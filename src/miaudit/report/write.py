@@ -22,12 +22,12 @@ from matplotlib.figure import Figure
 
 from miaudit.errors import MiauditError
 from miaudit.io import atomic_open, write_json, write_text
+from miaudit.privacy.sections import privacy_line
+from miaudit.records.outcomes import AuditResult
 from miaudit.report.html import render_html, to_jsonable
 from miaudit.report.plots import figure_png, histograms_png, roc_png
-from miaudit.report.privacy import privacy_line
 from miaudit.report.table import cache_note
-from miaudit.report.verdict import short_verdict
-from miaudit.results import AuditResult
+from miaudit.verdict.headline import short_verdict
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _RESERVED = {"metrics", "scores", "summary", "report", "roc", "histograms"}

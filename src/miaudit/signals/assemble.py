@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from miaudit.errors import ConfigError
-from miaudit.malloc import keep_freed_memory
-from miaudit.progress import progress_bar
+from miaudit.runtime.malloc import keep_freed_memory
+from miaudit.runtime.progress import progress_bar
 from miaudit.signals.bank import SEQUENCE_KEYS, TEXT_KEYS, SignalBank
 from miaudit.signals.boundary import boundary_channels
 from miaudit.signals.defences import apply_defence

@@ -27,7 +27,7 @@ import math
 import numpy as np
 import torch
 
-from miaudit.malloc import keep_freed_memory
+from miaudit.runtime.malloc import keep_freed_memory
 from miaudit.signals.bank import QUERIES_SUFFIX
 
 CHANNEL = "boundary_distance"

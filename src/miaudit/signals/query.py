@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from miaudit.errors import ConfigError
-from miaudit.malloc import keep_freed_memory
-from miaudit.progress import progress_bar
+from miaudit.runtime.malloc import keep_freed_memory
+from miaudit.runtime.progress import progress_bar
 
 # (batch of inputs, their dataset row ids) -> transformed batch
 QueryFn = Callable[[torch.Tensor, np.ndarray], torch.Tensor]

@@ -26,8 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numpy.typing import ArrayLike
 
-from miaudit.malloc import release_freed_memory
-from miaudit.progress import progress_bar
+from miaudit.runtime.malloc import release_freed_memory
+from miaudit.runtime.progress import progress_bar
 
 # Bytes of one float64 [samples, Q, C] block of the pass, and of the attacks' [R, samples, Q]
 # blocks. Pass over 32 models of 100k samples, one thread (numpy): 0.5-4 MiB 0.80-0.96 s

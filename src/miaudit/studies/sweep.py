@@ -5,7 +5,7 @@ a hash of its content. ``run_sweep`` hands the cells that have no valid result f
 executor and, as each finishes, writes ``study_dir/cells/<key>.json`` atomically and rebuilds
 ``study_dir/results.csv`` from the finished cells. A sweep killed at any point therefore loses
 only the cells in flight, and since every trained model is cached by content
-(:mod:`miaudit.train.cache`, which stores each model, or each stack of models trained
+(:mod:`miaudit.train.model_cache`, which stores each model, or each stack of models trained
 together, the moment it is complete), a rerun of such a cell retrains at most the models that
 were training when the sweep died.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from miaudit.io import atomic_path, write_json
-from miaudit.progress import bars_enabled, progress_bar, progress_on, quiet
+from miaudit.runtime.progress import bars_enabled, progress_bar, progress_on, quiet
 from miaudit.studies.cells import Cell, StudyError, Work, canonical  # noqa: F401  (re-exported)
 from miaudit.studies.executors import get_executor
 

@@ -1,7 +1,7 @@
 """Training: recipes, the fast training loop, and the content-addressed model cache."""
 
-from miaudit.train.cache import CacheStats, ModelCache, indices_digest, key_for
 from miaudit.train.checkpoints import CheckpointSpec, checkpoint_key
+from miaudit.train.model_cache import CacheStats, ModelCache, indices_digest, key_for
 from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import (
     EpochInfo,

@@ -21,9 +21,9 @@ batching of ``loop.py``: the privacy guarantee rests on Poisson sampling of the 
 (each row joins each step's batch independently with rate ``1 / steps_per_epoch``, so the
 expected batch size is about ``recipe.batch_size``), which Opacus's ``DPDataLoader`` provides.
 The loader is a ``TensorDataset`` over the resident tensors with a seeded generator, and
-Opacus's noise is drawn from torch's global RNG inside :func:`base.isolated_rng`, so the same
+Opacus's noise is drawn from torch's global RNG inside :func:`common.isolated_rng`, so the same
 seed gives the same weights (``secure_mode`` is off: this is for auditing, not deployment).
-The learning rate follows the recipe's schedule per optimizer step (``base.lr_at``).
+The learning rate follows the recipe's schedule per optimizer step (``common.lr_at``).
 
 Models with BatchNorm (``resnet18``) are rejected: per-sample gradients are undefined for it,
 and swapping it for GroupNorm would change the architecture the model cache rebuilds.
@@ -44,10 +44,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
-from miaudit.progress import progress_bar
-from miaudit.train import base
-from miaudit.train.base import EpochCallback, EpochInfo, TrainedModel
+from miaudit.runtime.progress import progress_bar
+from miaudit.train import common
 from miaudit.train.checkpoints import CheckpointSpec
+from miaudit.train.common import EpochCallback, EpochInfo, TrainedModel
 from miaudit.train.recipe import PRV_MAX_AUTO_EPSILON, Recipe
 from miaudit.train.rows import ArrayLike, training_rows
 
@@ -216,7 +216,7 @@ def train_model_dp(
     device = torch.device(device)
     rows = training_rows(features, labels, indices, device, num_classes)
     idx, x, y, n_classes = rows.idx, rows.x, rows.y, rows.n_classes
-    init_seed, shuffle_seed = base.derive_seeds(seed)
+    init_seed, shuffle_seed = common.derive_seeds(seed)
     input_shape = tuple(int(d) for d in x.shape[1:])
     n = len(idx)
     loader = DataLoader(
@@ -231,7 +231,7 @@ def train_model_dp(
 
     losses: list[float] = []
     start = time.perf_counter()
-    with base.isolated_rng(device, init_seed):
+    with common.isolated_rng(device, init_seed):
         module = build_model(recipe.architecture, input_shape, n_classes, **recipe.arch_params)
         errors = ModuleValidator.validate(module, strict=False)
         if errors:
@@ -241,7 +241,7 @@ def train_model_dp(
                 "(mlp, mnist-cnn, cifar-cnn)."
             )
         module.to(device).train()
-        optimizer = base.make_optimizer(recipe, list(module.parameters()))
+        optimizer = common.make_optimizer(recipe, list(module.parameters()))
         search = find_noise(
             dp["epsilon"], dp["delta"], 1.0 / steps_per_epoch, recipe.epochs, dp["accountant"]
         )
@@ -263,7 +263,7 @@ def train_model_dp(
             for epoch in range(recipe.epochs):
                 total, count, lr = 0.0, 0, recipe.lr
                 for xb, yb in dp_loader:
-                    lr = base.lr_at(recipe, step, total_steps)
+                    lr = common.lr_at(recipe, step, total_steps)
                     for group in dp_optimizer.param_groups:
                         group["lr"] = lr
                     # sum / max(len, 1): the mean, but 0 (not nan) on an empty Poisson batch.
@@ -281,7 +281,7 @@ def train_model_dp(
                     count += len(yb)
                     step += 1
                     if step in keep:
-                        snapshots[step] = base.snapshot(module)
+                        snapshots[step] = common.snapshot(module)
                 loss_mean = total / max(count, 1)
                 losses.append(loss_mean)
                 bar.set_postfix(loss=f"{loss_mean:.4f}", lr=f"{lr:.3g}")
@@ -307,7 +307,7 @@ def train_model_dp(
         "search_bounded": search.bounded,
     }
     # A fresh, hook-free copy of the architecture carrying the trained weights.
-    with base.isolated_rng(torch.device("cpu"), 0):
+    with common.isolated_rng(torch.device("cpu"), 0):
         plain = build_model(recipe.architecture, input_shape, n_classes, **recipe.arch_params)
     plain.load_state_dict(module.state_dict(), strict=True)
     plain.to(device).eval()

@@ -15,8 +15,8 @@ import time
 import numpy as np
 import torch
 
-from miaudit.threads import cpu_threads
-from miaudit.train.base import TrainedModel, derive_seeds, make_optimizer
+from miaudit.runtime.threads import cpu_threads
+from miaudit.train.common import TrainedModel, derive_seeds, make_optimizer
 from miaudit.train.loop import _train_epoch
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import ArrayLike, training_rows

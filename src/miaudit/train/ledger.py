@@ -1,7 +1,7 @@
 """What an interrupted command can truthfully say about the models it was training.
 
-Every :class:`~miaudit.train.cache.ModelCache` of the process counts here the models it set out
-to train and those stored complete, so the command line's Ctrl-C handler can report on caches
+Every :class:`~miaudit.train.model_cache.ModelCache` of the process counts here the models it set
+out to train and those stored complete, so the command line's Ctrl-C handler can report on caches
 it never sees.
 """
 

@@ -17,11 +17,12 @@ from torch.nn import functional as F
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
 from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
-from miaudit.progress import progress_bar
-from miaudit.threads import cpu_threads
+from miaudit.runtime.progress import progress_bar
+from miaudit.runtime.threads import cpu_threads
 from miaudit.train import dp
 from miaudit.train.augment import Augmentation, augment_seed, build_augmentation
-from miaudit.train.base import (
+from miaudit.train.checkpoints import CheckpointSpec
+from miaudit.train.common import (
     EpochCallback,
     EpochInfo,
     TrainedModel,
@@ -31,7 +32,6 @@ from miaudit.train.base import (
     make_optimizer,
     snapshot,
 )
-from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import ArrayLike, training_rows
 

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from miaudit import progress
 from miaudit.models import build_model
-from miaudit.train.base import TrainedModel, isolated_rng
+from miaudit.runtime import progress
 from miaudit.train.checkpoints import CheckpointSpec
+from miaudit.train.common import TrainedModel, isolated_rng
 from miaudit.train.recipe import Recipe
 from miaudit.train.stacked import train_groups
 

@@ -38,10 +38,10 @@ from torch import nn
 
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
-from miaudit.progress import progress_bar
-from miaudit.threads import cpu_threads
-from miaudit.train.base import TrainedModel, derive_seeds, isolated_rng, lr_at, make_optimizer
+from miaudit.runtime.progress import progress_bar
+from miaudit.runtime.threads import cpu_threads
 from miaudit.train.checkpoints import CheckpointSpec
+from miaudit.train.common import TrainedModel, derive_seeds, isolated_rng, lr_at, make_optimizer
 from miaudit.train.loop import train_model
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import ArrayLike, as_device_tensor, check_indices
@@ -177,7 +177,7 @@ def train_stacked(
     would train (``checkpoints``: the same ``snapshots`` too).
 
     ``progress`` shows one bar over the stack's epochs (``desc``, default "training K models
-    (stacked)"), with the models' mean loss; see :mod:`miaudit.progress`.
+    (stacked)"), with the models' mean loss; see :mod:`miaudit.runtime.progress`.
 
     Every index set must have the same size and ``recipe`` must be stackable
     (:func:`can_stack`). ``features``/``labels`` are as for ``train_model``. Each returned

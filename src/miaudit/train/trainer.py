@@ -14,10 +14,11 @@ from concurrent.futures.process import BrokenProcessPool
 import torch
 
 from miaudit.errors import ConfigError
-from miaudit.progress import progress_bar
-from miaudit.threads import cpu_threads  # noqa: F401  (re-exported)
+from miaudit.runtime.progress import progress_bar
+from miaudit.runtime.threads import cpu_threads  # noqa: F401  (re-exported)
 from miaudit.train import parallel, stacked
-from miaudit.train.base import (  # noqa: F401  (re-exported: trainer.TrainedModel, ...)
+from miaudit.train.checkpoints import CheckpointSpec
+from miaudit.train.common import (  # noqa: F401  (re-exported: trainer.TrainedModel, ...)
     EpochCallback,
     EpochInfo,
     ModelCallback,
@@ -29,7 +30,6 @@ from miaudit.train.base import (  # noqa: F401  (re-exported: trainer.TrainedMod
     predict_logits,
     snapshot,
 )
-from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.loop import train_model  # noqa: F401  (re-exported)
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import (  # noqa: F401  (re-exported: trainer.check_indices, ...)
@@ -95,7 +95,7 @@ def train_models(
     in this process), a worker's as its result arrives. The cache stores each model there, so
     an interrupted run keeps every model that finished.
 
-    Progress (``progress``, see :mod:`miaudit.progress`): a bar of models done when there is
+    Progress (``progress``, see :mod:`miaudit.runtime.progress`): a bar of models done when there is
     more than one group, and in this process each group's epochs.
     """
     if len(index_sets) != len(seeds):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from miaudit.studies.calibration.config import (
+from miaudit.studies.calibration.settings import (
     CONFIGS,
     CURVE_ATTACKS,
     SCORES,
@@ -112,7 +112,7 @@ def cells(config: dict[str, Any]) -> list[Cell]:
 
 def work(cell: Cell) -> list[dict[str, Any]]:
     """Build the cell's bank through the pipeline and evaluate it (see .rows)."""
-    from miaudit.studies.calibration import rows as calibration_rows
+    from miaudit.studies.calibration import table_rows as calibration_rows
 
     params = cell.params
     runners = {"main": calibration_rows.main_rows, "size": calibration_rows.size_rows,

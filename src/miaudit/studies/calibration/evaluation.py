@@ -18,9 +18,9 @@ import numpy as np
 from miaudit import metrics
 from miaudit.attacks import TargetView, run_attack
 from miaudit.pipeline.evaluate import public_threshold
-from miaudit.results import AttackMetrics
+from miaudit.records.outcomes import AttackMetrics
 from miaudit.signals import SignalBank
-from miaudit.studies.calibration.config import TPR_SPELLING
+from miaudit.studies.calibration.settings import TPR_SPELLING
 
 # log-spaced FPRs for ROC curves (the low-FPR end matters) and linear recalls for PR curves
 FPR_GRID = tuple(float(f) for f in np.round(np.logspace(-3, 0, 25), 6))

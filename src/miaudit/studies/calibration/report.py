@@ -15,9 +15,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from miaudit.io import atomic_path, write_text
+from miaudit.records.outcomes import tpr_column
 from miaudit.report.formatting import markdown_table, mean_std
-from miaudit.results import tpr_column
-from miaudit.studies.calibration.config import TPR_SPELLING
 from miaudit.studies.calibration.paper import (
     COLUMNS,
     FIGURE_CLAIMS,
@@ -27,6 +26,7 @@ from miaudit.studies.calibration.paper import (
     TABLE2_AUC,
     TABLE3_ACC,
 )
+from miaudit.studies.calibration.settings import TPR_SPELLING
 from miaudit.studies.registry import load_study_config
 
 TPR01, TPR1 = tpr_column(0.001, TPR_SPELLING), tpr_column(0.01, TPR_SPELLING)

@@ -17,7 +17,7 @@ Four parts, one table (``results.csv``), one row per (cell, attacked model, atta
   model is attacked with the other M-1 as its LiRA references (online, leave-one-out).
   Training-set size is not a knob: the paper holds the training set fixed.
 
-Banks: :mod:`miaudit.studies.generalization.bank` (why not ``pipeline.build_bank``: exact
+Banks: :mod:`miaudit.studies.generalization.halves_banks` (why not ``pipeline.build_bank``: exact
 halves, fixed training sets, mixed banks). Summary: :mod:`.report`. The
 paper's numbers: :mod:`.paper`.
 """
@@ -137,7 +137,7 @@ def make_cells(config: dict[str, Any]) -> list[Cell]:
 
 def work(cell: Cell) -> list[dict[str, Any]]:
     """Train (or load) the cell's models, attack every model of each bank: rows of metrics."""
-    from miaudit.studies.generalization import bank as gb
+    from miaudit.studies.generalization import halves_banks as gb
     from miaudit.train import CheckpointSpec, Recipe
 
     p = cell.params

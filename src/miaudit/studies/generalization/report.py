@@ -23,7 +23,7 @@ from scipy import stats
 from miaudit.io import atomic_open, write_text
 from miaudit.report.formatting import markdown_table, pct_mean_std
 from miaudit.report.plots import figure_png
-from miaudit.studies.generalization.bank import ROC_FPRS, tpr_column
+from miaudit.studies.generalization.halves_banks import ROC_FPRS, tpr_column
 from miaudit.studies.generalization.paper import (
     AUGMENTATION_STEPS,
     GENERALIZATION_PAPER,

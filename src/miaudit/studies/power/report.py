@@ -25,9 +25,9 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from miaudit.io import atomic_open, write_text
+from miaudit.records.outcomes import tpr_column
 from miaudit.report.formatting import markdown_table
 from miaudit.report.plots import figure_png
-from miaudit.results import tpr_column
 
 FPRS, TPR_SPELLING = (0.001, 0.01), "%"
 TPR01, TPR1 = (tpr_column(f, TPR_SPELLING) for f in FPRS)  # "tpr_0.1%", "tpr_1%"

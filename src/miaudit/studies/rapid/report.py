@@ -16,9 +16,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from miaudit.io import atomic_open, write_text
+from miaudit.records.outcomes import tpr_column
 from miaudit.report.formatting import markdown_table, mean_std, pct_mean_std
 from miaudit.report.plots import figure_png
-from miaudit.results import tpr_column
 
 # the FPRs results.csv records a TPR at (with its interval), and how its columns spell them
 FPRS, TPR_SPELLING = (0.001, 0.01), "%"

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from miaudit.io import write_text
+from miaudit.records.outcomes import ci_columns
 from miaudit.report.formatting import (
     fmt_auc,
     fmt_ci,
@@ -23,7 +24,6 @@ from miaudit.report.formatting import (
     pct_ci,
     pct_mean_std,
 )
-from miaudit.results import ci_columns
 from miaudit.studies.rapid.report import FPRS, PAPER, PAPER_NUMBERS, TPR01, TPR1, TPR_SPELLING
 
 __all__ = ["FPRS", "TPR_SPELLING", "attack_table", "claim_table", "summarize"]

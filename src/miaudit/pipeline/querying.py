@@ -1,0 +1,174 @@
+"""Stage 1 of a run: the design's models trained or loaded, then queried into a signal bank
+(with the extra channels and output defences the config asks for)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from miaudit.attacks import get_attack
+from miaudit.attacks.registry import augmented_queries_problem
+from miaudit.config import RunConfig
+from miaudit.data import Dataset, load_dataset
+from miaudit.errors import ConfigError
+from miaudit.pipeline.models import forgetting_models, resolve_recipes, train_design
+from miaudit.privacy.run_canaries import check_canaries, target_dataset
+from miaudit.protocol import Design, make_design, make_split
+from miaudit.runtime.devices import resolve_device
+from miaudit.signals import SignalBank
+from miaudit.signals.assemble import (
+    SignalSpec,
+    assemble_bank,
+    query_signals,
+    require_channels,
+)
+from miaudit.signals.query import augmented_queries, text_queries
+from miaudit.train import ModelCache, TrainedModel
+from miaudit.train.model_cache import default_cache_dir
+
+
+def default_queries(kind: str, attacks: list[str]) -> list[str]:
+    """Queries of a run that does not list them: plain for tabular data; for images, the
+    largest number of augmented queries any of the run's attacks' papers makes (plain and
+    mirror; 8 with RAPID: plain, mirror and 6 crop + flip draws); for token ids (text), plain,
+    or RAPID's count of seeded token perturbations (token dropout, adjacent swaps) when an
+    attack's paper makes more than the image pair."""
+    wanted = [get_attack(a).image_queries for a in attacks]
+    if kind == "tokens":
+        return text_queries(max([q for q in wanted if q > 2] + [1]))
+    if kind != "image":
+        return ["plain"]
+    return augmented_queries(max(wanted + [2]))
+
+
+@dataclass
+class BuiltBank:
+    """A bank with the models behind it and how they were obtained."""
+
+    bank: SignalBank
+    design: Design
+    dataset: Dataset  # as the target trained on it (with the canaries' labels) and the bank
+    models: list[TrainedModel]
+    queries: list[str]
+    trained: int = 0
+    reused: int = 0
+    forgetting: list[TrainedModel] = field(default_factory=list)
+    forgetting_bank: SignalBank | None = None  # the target + its forgetting copies
+    info: dict[str, Any] = field(default_factory=dict)
+    texts: np.ndarray | None = None  # a text dataset's texts (the bank records their sizes)
+    original: Dataset | None = None  # the dataset as loaded, when canaries relabelled it
+
+
+def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
+    """Train or load every model of the design and query them into a bank."""
+    device = resolve_device(cfg.device)
+    check_canaries(cfg)  # a design that can never certify ε > 0 fails before any work
+    dataset = load_dataset(cfg.dataset.name, cfg.dataset.data_dir, **cfg.dataset.options)
+    notes, texts = [], None
+    check_lm_recipes(cfg, dataset.kind)
+    split = make_split(
+        len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed,
+        canaries=cfg.canaries.count,
+    )
+    if dataset.kind == "text":  # text models train and are queried on token ids
+        from miaudit.models.text import check_vocabulary, run_tokenizer, tokenized_dataset
+
+        texts = dataset.features
+        tokenizer, described = run_tokenizer(cfg.dataset.tokenizer, texts[split.public],
+                                             cfg.dataset.bpe_vocab_size)
+        dataset, cut = tokenized_dataset(dataset, cfg.dataset.max_length, tokenizer, described)
+        notes += [cut] if cut else []
+        recipes = resolve_recipes(cfg)
+        check_vocabulary(dataset.features, [recipes.target, recipes.reference])
+    queries = cfg.signals.queries or default_queries(dataset.kind, cfg.attacks)
+    check_query_needs(cfg.attacks, queries)  # before any model trains
+    design = make_design(split, cfg.models, cfg.design, cfg.seed, cfg.target, cfg.split.members)
+    cache = ModelCache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
+    original, dataset = dataset, target_dataset(dataset, design, cfg)
+    start = time.perf_counter()
+    models = train_design(cfg, original, design, cache, device, progress, target_dataset=dataset)
+    copies = forgetting_models(cfg, dataset, design, models[design.target], cache, device)
+    train_wall = time.perf_counter() - start
+    start = time.perf_counter()
+    bank, forgetting_bank = query_bank(cfg, dataset, design, models, copies, queries, device,
+                                       progress, texts=texts)  # fmt: skip
+    return BuiltBank(
+        bank=bank, design=design, dataset=dataset, models=models, queries=list(queries),
+        trained=cache.stats.misses, reused=cache.stats.hits, forgetting=copies,
+        forgetting_bank=forgetting_bank, texts=texts,
+        original=original if original is not dataset else None,
+        info={"query_seconds": time.perf_counter() - start, "device": device,
+              "train_wall_seconds": train_wall, "notes": notes},
+    )
+
+
+def check_query_needs(attacks: list[str], queries: list[str]) -> None:
+    """A run's attacks that need augmented queries its bank will not have fail here, before
+    training (a run scores every attack it lists; `miaudit audit` skips them instead)."""
+    for name in attacks:
+        needed = get_attack(name).needs.augmented_queries
+        if needed and len(queries) - 1 < needed:
+            raise ConfigError(f"attack '{name}' cannot run on this run's queries "
+                              f"{list(queries)}: {augmented_queries_problem(needed, len(queries))}"
+                              " Or drop it from attacks.")
+
+
+def check_lm_recipes(cfg: RunConfig, kind: str) -> None:
+    """A causal-LM recipe (gpt-small) trains on a text dataset's MiniLM WordPiece ids (its
+    ``vocab_size``/``pad_id`` defaults), and the target and references are LMs together: their
+    sequence bank has no logits to mix with a classifier's."""
+    from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
+
+    recipes = resolve_recipes(cfg)
+    lms = [r.architecture in CAUSAL_LM_ARCHITECTURES for r in (recipes.target, recipes.reference)]
+    if any(lms) and not all(lms):
+        raise ConfigError(
+            "the target and the reference recipes must both be causal LMs (gpt-small) or "
+            f"both classifiers; got {recipes.target.architecture!r} and "
+            f"{recipes.reference.architecture!r}."
+        )
+    if any(lms) and kind != "text":
+        raise ConfigError(
+            f"recipe.architecture {recipes.target.architecture!r} is a causal LM: it trains on "
+            f"texts (a text dataset, e.g. a .csv with text_column), not on {kind} data."
+        )
+
+
+def signal_spec(cfg: RunConfig, queries: list[str]) -> SignalSpec:
+    """The run config's signals section as the assembly's spec."""
+    return SignalSpec(queries=tuple(queries), grad_norm=cfg.signals.grad_norm,
+                      boundary_distance=cfg.signals.boundary_distance,
+                      defence=cfg.signals.defence, batch_size=cfg.signals.batch_size,
+                      seed=cfg.seed)
+
+
+def query_bank(
+    cfg: RunConfig, dataset: Dataset, design: Design, models: list[TrainedModel],
+    copies: list[TrainedModel], queries: list[str], device: str, progress: bool,
+    texts: np.ndarray | None = None,
+) -> tuple[SignalBank, SignalBank | None]:  # fmt: skip
+    """Query the design's ``models`` (and forgetting ``copies``) on every sample of the split:
+    the bank, and the forgetting bank (None without copies)."""
+    everyone = models + copies
+    signals = query_signals(
+        [tm.module for tm in everyone], dataset.features, dataset.labels, design.split.rows,
+        dataset.kind, signal_spec(cfg, queries), device, progress,
+    )
+    require_channels(signals, signal_spec(cfg, queries))
+    n = design.n_models
+    bank = design.bank(signals.take(range(n)), dataset.labels, texts)
+    forgetting_bank = None
+    if copies:
+        # target first, then its copies: OUT for every audit sample, IN on the public pool
+        public = design.public_mask()
+        membership = np.vstack([design.membership[[design.target]],
+                                np.repeat(public[None], len(copies), axis=0)])
+        forgetting_bank = assemble_bank(
+            signals.take([design.target, *range(n, len(everyone))]), bank.labels, membership,
+            bank.audit, bank.population, canary=bank.canary,
+        )
+    return bank, forgetting_bank

@@ -1,0 +1,254 @@
+"""The privacy audit in a report (docs/algorithms.md §16): the target's claimed ε beside the
+best empirical lower bound (and the best μ-GDP lower bound), and per attack the bounds with
+what each rests on.
+
+Reads ``result.meta["privacy_audit"]`` (:func:`miaudit.privacy.attack_bounds.privacy_audit`) and the
+attacks' metrics; computes nothing. The per-attack bounds each hold at 1 − α on their own; the
+best is the one recounted at α / K over the K bounds compared (Bonferroni), and says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from miaudit.privacy.results import (
+    CANARY_EPSILON_LOWER_BOUND,
+    CANARY_GAUSSIAN_DP_LOWER_BOUND,
+    EPSILON_LOWER_BOUND,
+    EVIDENCE_AGAINST,
+    GAUSSIAN_DP_LOWER_BOUND,
+    GAUSSIAN_DP_OF,
+    NOT_EXCEEDED,
+    ONE_RUN,
+    REFUTED,
+    WITHHELD,
+)
+from miaudit.records.outcomes import AuditResult
+from miaudit.report.formatting import fmt_epsilon
+
+# the words for each bound, where a sentence names one
+BOUND_WORDS = {
+    EPSILON_LOWER_BOUND: "threshold test on the audit samples",
+    GAUSSIAN_DP_LOWER_BOUND: "threshold test on the audit samples",
+    CANARY_EPSILON_LOWER_BOUND: "threshold test on the canaries",
+    CANARY_GAUSSIAN_DP_LOWER_BOUND: "threshold test on the canaries",
+    ONE_RUN: "one-run guesses on the canaries",
+}
+# the results table's columns: (metrics key, header), the canary one only with canaries
+EPSILON_LB = "ε lb"
+MU_LB = "μ lb"
+ONE_RUN_LB = "ε 1-run"
+TABLE_COLUMNS = ((EPSILON_LOWER_BOUND, EPSILON_LB), (GAUSSIAN_DP_LOWER_BOUND, MU_LB),
+                 (ONE_RUN, ONE_RUN_LB))
+# a μ-GDP key -> the threshold ε key of the same samples (and halves)
+EPSILON_OF_MU = {mu: eps for eps, mu in GAUSSIAN_DP_OF.items()}
+MU_KEYS = tuple(EPSILON_OF_MU)
+
+
+def privacy_audit(result: AuditResult) -> dict[str, Any] | None:
+    audit = (result.meta or {}).get("privacy_audit")
+    return audit if isinstance(audit, dict) else None
+
+
+def confidence(alpha: float) -> str:
+    """α as a confidence: 0.05 -> '95%'."""
+    return f"{100 * (1 - float(alpha)):g}%"
+
+
+def _over(k: int, alpha: float) -> str:
+    """'95% over 3 bounds, Bonferroni', or '95%' for one bound."""
+    return f"{confidence(alpha)} over {k} bounds, Bonferroni" if k > 1 else confidence(alpha)
+
+
+def privacy_line(result: AuditResult) -> str | None:
+    """'Privacy: claimed ε 8 (δ 1e-05); best empirical lower bound 0.42 (rmia, threshold test
+    on the audit samples; 95% over 3 bounds, Bonferroni).', then the best μ-GDP bound's
+    sentence (:func:`mu_sentence`) when the run has one. None when the run computed none."""
+    audit = privacy_audit(result)
+    if audit is None:
+        return None
+    claim, best = audit.get("claimed"), audit.get("best")
+    head = (f"claimed ε {fmt_epsilon(claim['epsilon'])} (δ {claim['delta']:g})" if claim
+            else "no DP claim recorded for the target")
+    mu = mu_sentence(audit)
+    if best is None:
+        return f"Privacy: {head}; no attack gave an ε lower bound." + mu
+    over = _over(audit.get("bounds_compared") or 0, best["family_alpha"])
+    if best["epsilon"] <= 0:  # nothing to name: every bound is 0
+        return f"Privacy: {head}; no attack certifies ε > 0 ({over})." + mu
+    line = (f"Privacy: {head}; best empirical lower bound {fmt_epsilon(best['epsilon'])} at "
+            f"δ {best['delta']:g} ({best['attack']}, {BOUND_WORDS[best['bound']]}; {over}).")
+    if claim:
+        line += " " + CLAIM_WORDS[_finding(audit)]
+    return line + mu
+
+
+# what the best bound says of the claim (pipeline.epsilon.claim_finding), in words
+CLAIM_WORDS = {
+    REFUTED: "It exceeds the claimed ε: the privacy claim does not hold.",
+    EVIDENCE_AGAINST: (
+        "It exceeds the claimed ε: evidence against the claim, assuming the members were "
+        "chosen at random from the same data as the non-members (a split the user gives is "
+        "covered by no proof; canaries or a run whose split miaudit draws are)."),
+    WITHHELD: (
+        "It exceeds the claimed ε, but the members can be told from the non-members without "
+        "the model (the split check), so the bound may measure the split rather than the "
+        "model: no refutation on that basis."),
+    NOT_EXCEEDED: "It does not exceed the claim (a lower bound cannot confirm a claim).",
+}
+
+
+def _finding(audit: dict[str, Any]) -> str:
+    """The audit's claim finding; results written before it was recorded: refuted or not."""
+    finding = audit.get("claim_finding")
+    if finding in CLAIM_WORDS:
+        return finding
+    return REFUTED if audit.get("refutes_claim") else NOT_EXCEEDED
+
+
+def mu_sentence(audit: dict[str, Any]) -> str:
+    """' Gaussian DP: best μ lower bound 1.2 (rmia, threshold test on the audit samples; 95%
+    over 3 bounds, Bonferroni), ε ≈ 3.1 at δ 1e-05 if the trade-off curve is Gaussian (an
+    estimate).' with its leading space; '' when the run has no μ bound (δ = 0, or results
+    written before runs had one)."""
+    best = audit.get("best_mu")
+    if not best:
+        return ""
+    over = _over(audit.get("mu_bounds_compared") or 0, best["family_alpha"])
+    if best["mu"] <= 0:
+        return f" Gaussian DP: no attack certifies μ > 0 ({over})."
+    return (f" Gaussian DP: best μ lower bound {fmt_epsilon(best['mu'])} ({best['attack']}, "
+            f"{BOUND_WORDS[best['bound']]}; {over}), ε ≈ {fmt_epsilon(best['epsilon'])} at "
+            f"δ {best['delta']:g} if the trade-off curve is Gaussian (an estimate).")
+
+
+def bound_cell(outcome: Any, key: str) -> str:
+    """A bound's figure in a table cell (ε, or μ for a Gaussian-DP bound); '-' without one."""
+    record = getattr(outcome.summary, key)
+    return "-" if record is None else fmt_epsilon(record.value)
+
+
+def table_columns(result: AuditResult) -> list[tuple[str, str]]:
+    """The (metrics key, header) of the ε columns of the results table that some attack has."""
+    return [(key, header) for key, header in TABLE_COLUMNS
+            if any(getattr(o.summary, key) is not None for o in result.outcomes)]
+
+
+def epsilon_legend(headers: list[str]) -> str:
+    """What the ε and μ columns of the results table mean (those in ``headers``)."""
+    words = {EPSILON_LB: "the ε lower bound each attack certifies on its own (threshold test "
+                         "on the audit samples)",
+             MU_LB: "its μ-GDP lower bound on the same halves (Nasr et al. 2023; 0 = no "
+                    "evidence against any μ)",
+             ONE_RUN_LB: "its one-run bound on the canaries"}
+    return "; ".join(f"{h}: {words[h]}" for h in headers) + "."
+
+
+def column_support(result: AuditResult, key: str) -> str:
+    """What an ε column's figures rest on, for the table's subheader: '95%, δ 1e-05' ('95%'
+    for μ, which needs no δ)."""
+    audit = privacy_audit(result) or {}
+    where = (audit.get("canaries") or {}) if key == ONE_RUN else audit
+    if "alpha" not in where:
+        return ""
+    if key in MU_KEYS:
+        return confidence(where["alpha"])
+    return f"{confidence(where['alpha'])}, δ {where['delta']:g}"
+
+
+def missing_notes(result: AuditResult) -> list[str]:
+    """'loss: no ε bound from the threshold test on the audit samples (why)' for each bound not
+    given; a missing μ bound only when its samples' ε bound was given (else the ε note says
+    why: the same halves)."""
+    notes = []
+    for o in result.outcomes:
+        m = o.summary
+        for key, words in BOUND_WORDS.items():
+            record = getattr(m, key)
+            if record is None or record.bound is not None:
+                continue
+            if key in MU_KEYS:
+                eps = getattr(m, EPSILON_OF_MU[key])
+                if eps is None or eps.bound is None:
+                    continue
+            what = "μ" if key in MU_KEYS else "ε"
+            notes.append(f"{o.name}: no {what} bound from the {words} ({record.reason})")
+    return notes
+
+
+@dataclass
+class PrivacySection:
+    """The 'Privacy audit' section: its line, a table per attack and what the table means."""
+
+    line: str
+    header: list[str]
+    rows: list[list[str]]
+    legend: list[str] = field(default_factory=list)
+
+
+def privacy_section(result: AuditResult) -> PrivacySection | None:
+    """Per attack: the threshold bound on the audit samples (FP of n₀, FN of n₁ counted on
+    the half that did not choose τ), its μ-GDP bound and that μ's ε estimate (when the run
+    has μ bounds) and, with canaries, the canary threshold bound (and μ bound) and the
+    one-run bound with m, k₊, k₋, r, v, α and δ. None when the run computed no bound."""
+    audit, line = privacy_audit(result), privacy_line(result)
+    if audit is None or line is None:
+        return None
+    canaries = audit.get("canaries")
+    has = {key: any(getattr(o.summary, key) is not None for o in result.outcomes)
+           for key in MU_KEYS}
+    header = ["attack", "ε lb (audit)", "FP / n₀", "FN / n₁"]
+    header += ["μ lb (audit)", "ε est. (μ)"] if has[GAUSSIAN_DP_LOWER_BOUND] else []
+    if canaries:
+        header += ["ε lb (canaries)"]
+        header += ["μ lb (canaries)"] if has[CANARY_GAUSSIAN_DP_LOWER_BOUND] else []
+        header += ["ε one-run", "m", "k₊", "k₋", "r", "v", "α", "δ"]
+    rows = []
+    for o in result.outcomes:
+        m = o.summary
+        audit_lb = m.epsilon_lower_bound
+        b = None if audit_lb is None else audit_lb.bound
+        row = [o.name, bound_cell(o, EPSILON_LOWER_BOUND),
+               "-" if b is None else f"{b.fp} / {b.n_nonmembers}",
+               "-" if b is None else f"{b.fn} / {b.n_members}"]
+        if has[GAUSSIAN_DP_LOWER_BOUND]:
+            gdp = m.gaussian_dp_lower_bound
+            row += [bound_cell(o, GAUSSIAN_DP_LOWER_BOUND),
+                    fmt_epsilon(None if gdp is None else gdp.epsilon)]
+        if canaries:
+            one = None if m.one_run is None else m.one_run.bound
+            row += [bound_cell(o, CANARY_EPSILON_LOWER_BOUND)]
+            row += [bound_cell(o, CANARY_GAUSSIAN_DP_LOWER_BOUND)] if has[
+                CANARY_GAUSSIAN_DP_LOWER_BOUND] else []
+            row += [bound_cell(o, ONE_RUN)]
+            row += (["-"] * 7 if one is None else
+                    [str(one.m), str(one.k_plus), str(one.k_minus), str(one.guesses),
+                     str(one.correct), f"{one.alpha:g}", f"{one.delta:g}"])
+        rows.append(row)
+    legend = [
+        f"ε lb: the ε an attack's threshold test certifies (Clopper–Pearson, "
+        f"{confidence(audit['alpha'])} on its own, δ {audit['delta']:g} from "
+        f"{audit['delta_source']}); τ chosen on a seeded half of the samples (seed "
+        f"{audit['split_seed']}), FP and FN counted on the other half.",
+    ]
+    if any(has.values()):
+        legend.append(
+            "μ lb: the μ-GDP lower bound of the same threshold test (Nasr et al. 2023, "
+            "\"Tight Auditing\": μ ≥ Φ⁻¹(1 − FPR⁺) + Φ⁻¹(1 − FNR⁺), the same Clopper–Pearson "
+            "bounds, α and halves; τ chosen on the selection half to maximise μ). ε est. (μ): "
+            "the ε of a μ-GDP mechanism at that δ, a lower bound only if the target's "
+            "trade-off curve is Gaussian (DP-SGD's is close to it)."
+        )
+    if canaries:
+        legend.append(
+            f"Canaries: {canaries['count']} ({canaries.get('kind', 'canaries')}), "
+            f"{canaries['included']} in the target's training set (each with probability ½); "
+            f"one-run (Steinke, Nasr & Jagielski 2023): IN guesses on the k₊ highest scores, "
+            f"OUT on the k₋ lowest, r guesses, v right; α per (k₊, k₋) candidate "
+            f"({len(canaries['guesses'])} fixed in advance, Bonferroni), δ from "
+            f"{canaries['delta_source']}."
+        )
+    legend.append("A best bound over several attacks holds only with each recounted at α / K "
+                  "(the line above); a single attack's bound holds at 1 − α on its own.")
+    return PrivacySection(line=line, header=header, rows=rows, legend=legend)

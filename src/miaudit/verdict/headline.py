@@ -1,0 +1,86 @@
+"""The one-line verdict at the top of every report (HTML, terminal, summary.json).
+
+It says how worried to be, in plain words, from :func:`miaudit.verdict.strength.assess`: the
+same attack, FPR and level as the table's ★ and as `miaudit audit`'s release statement, which
+is the long form of this line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from miaudit.records.outcomes import AuditResult
+from miaudit.report.formatting import ci_words, fmt_auc, pct, rate
+from miaudit.verdict.strength import INCONCLUSIVE, MIN_EXPECTED_FP, assess, confidence_of
+
+_LABELS = {
+    "far": "Exposed, far above chance",
+    "well": "Exposed, well above chance",
+    "slightly": "Exposed, slightly but measurably above chance",
+    "average-case": "Warning sign, an average-case leak only",
+    "not measured": "No measurable leak",
+    INCONCLUSIVE: "Inconclusive",
+    "none": "Nothing measured",
+}
+
+__all__ = ["confidence_of", "short_verdict", "verdict_line", "reasons_sentence"]
+
+
+def reasons_sentence(reasons: list[dict[str, str]]) -> str:
+    """'This audit cannot support a verdict: <why>; <why>. To fix: <fix>; <fix>.'"""
+    why = "; ".join(r["text"].rstrip(". ") for r in reasons)
+    fixes = "; ".join(r["fix"] for r in reasons if r["fix"])
+    return f"This audit cannot support a verdict: {why}. To fix: {fixes}."
+
+
+def _ci(ci: list[float] | None, confidence: float | None, fmt=pct) -> str:
+    return ci_words(ci, f"{round(100 * confidence)}% CI" if confidence else "CI", fmt)
+
+
+def short_verdict(result: AuditResult) -> dict[str, Any]:
+    """``{"level", "label", "line", ...}``: the verdict line and the figures it quotes."""
+    found = assess(result)
+    level = found["level"]
+    if level == "none":
+        line = f"Verdict: {_LABELS[level]}. No attack reported a TPR at a low FPR."
+        return {"level": level, "label": _LABELS[level], "line": line, "reasons": []}
+    main, best = found["main"], found["attack"]
+    conf = confidence_of(result)
+    fpr, tpr = main["fpr"], main["tpr"]
+    n0 = main["n_nonmembers"] or 0
+    support = (f"rests on {main['expected_false_positives']:g} expected false positives among "
+               f"{n0:,} non-members")
+    label = _LABELS[found["degree"] if level == "exposed" else level]
+    if level == "exposed":
+        detail = (f"The strongest attack, {best}, picks out {pct(tpr)} of members at "
+                  f"{rate(fpr)} FPR ({_ci(main['tpr_ci'], conf)}), "
+                  f"{main['times_chance']:.1f}× chance.")
+    else:
+        detail = (f"The strongest attack at {rate(fpr)} FPR, {best}, picks out {pct(tpr)} of "
+                  f"members ({_ci(main['tpr_ci'], conf)}) where guessing gets {rate(fpr)}.")
+    if any(r["code"] == "few-nonmembers" for r in found["reasons"]):
+        pass  # the reasons say it, with the fix
+    elif main["indicative"]:  # say so up front: the figure rests on a handful of samples
+        detail += (f" Indicative only: this {support}, fewer than {MIN_EXPECTED_FP}; audit with "
+                   "more non-members to confirm.")
+    else:
+        detail += f" This {support}."
+    if found["measured"] == "average-case":
+        top = result.outcome(found["auc_attack"])
+        auc_ci = top.summary.auc_ci
+        detail += (f" But {top.name} ranks members above non-members on average: AUC "
+                   f"{fmt_auc(top.summary.auc)} ({_ci(auc_ci, conf, fmt_auc)}; "
+                   "0.5 is guessing).")
+    if level == INCONCLUSIVE:  # why first: the figures after it are not a verdict
+        detail = reasons_sentence(found["reasons"]) + " " + detail
+    line = f"Verdict: {label}. {detail}"
+    return {"level": level, "label": label, "line": line, "attack": best, "fpr": fpr,
+            "tpr": tpr, "tpr_ci": main["tpr_ci"], "times_chance": main["times_chance"],
+            "expected_false_positives": main["expected_false_positives"],
+            "n_nonmembers": n0, "indicative": main["indicative"],
+            "auc_attack": found.get("auc_attack"), "reasons": found["reasons"],
+            "shift": found.get("shift")}
+
+
+def verdict_line(result: AuditResult) -> str:
+    return short_verdict(result)["line"]

@@ -1,0 +1,200 @@
+"""What the figures mean for a release decision, in plain words.
+
+The statement rests on the TPR at a low FPR of the strongest attack that ran, with its
+bootstrap interval: a leak is called *measurable* only when the interval's lower end lies
+above the FPR (what guessing achieves). The headline FPR is the smallest reported FPR at which
+at least ten false positives are expected among the non-members (else the largest reported),
+so the sentence never rests on a handful of samples; every figure says how many non-members
+it rests on. The statement does not pass or fail a model: the attacks give lower bounds on
+what an attacker can do, and the release decision depends on the data and who can query.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from miaudit.records.outcomes import AuditResult
+from miaudit.report.formatting import ci_words, fmt_auc, plural
+from miaudit.report.formatting import pct as _pct
+from miaudit.report.formatting import rate as _rate
+from miaudit.verdict.headline import reasons_sentence
+
+# the ranking and the level are the report's (the table's ★ and every report's verdict line);
+# this module words them as the release statement
+from miaudit.verdict.strength import (
+    INCONCLUSIVE,
+    MIN_EXPECTED_FP,
+    assess,
+    headline_fpr,
+    model_based,
+    strongest_at,
+)
+
+__all__ = ["MIN_EXPECTED_FP", "headline_fpr", "strongest_at", "make_verdict", "verdict_text"]
+
+
+def _ci(ci: list[float] | None, confidence: int) -> str:
+    return ci_words(ci, f"{confidence}% CI", missing="no confidence interval")
+
+
+def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]:
+    """The plain-words statement and the figures it quotes.
+
+    `context`: `outputs` (what an attacker sees, e.g. "probabilities"), `references` (count),
+    `reference_note` (how references were made), `skipped` (count), `confidence` (of the CIs),
+    `input_mismatch` (why the model's inputs look unlike its training data, or None; the
+    verdict reads it from ``result.meta["checks"]``, this only words the caveat),
+    `privacy` (the empirical-ε line of :func:`miaudit.privacy.sections.privacy_line`, or None),
+    `split` (the split check's line of :func:`miaudit.report.split.split_line`, or None).
+    """
+    found = assess(result)
+    if found["level"] == "none":
+        return {"level": "none", "headline": "No attack ran, so nothing was measured.",
+                "paragraphs": [], "caveats": [], "figures": []}
+    best = result.outcome(found["attack"])
+    figures, main = found["figures"], found["main"]
+    fpr, tpr, ci = main["fpr"], main["tpr"], main["tpr_ci"]
+    measurable = found["level"] == "exposed"
+    confidence = int(round(100 * context.get("confidence", 0.95)))
+    ci_text = _ci(ci, confidence)
+    level = found["level"]
+    if level == INCONCLUSIVE:
+        headline = (
+            "Inconclusive. " + reasons_sentence(found["reasons"])
+            + f" For the record, the strongest attack, {best.name}, flags {_pct(tpr)} of the "
+            f"training samples at {_rate(fpr)} FPR ({ci_text}) where guessing flags "
+            f"{_rate(fpr)}."
+        )
+    elif measurable:
+        ratio = main["times_chance"]
+        degree = {"slightly": "slightly but measurably"}.get(found["degree"], found["degree"])
+        headline = (
+            f"Training-set membership is exposed: the strongest attack, {best.name}, picks out "
+            f"{_pct(tpr)} of the training samples while wrongly flagging {_rate(fpr)} of the "
+            f"non-members ({ci_text}), {ratio:.1f} times the rate of guessing, {degree} "
+            "above chance."
+        )
+    else:
+        headline = (
+            f"No attack picked out training samples measurably better than guessing at "
+            f"{_rate(fpr)} FPR: the strongest, {best.name}, flags {_pct(tpr)} of the training "
+            f"samples ({ci_text}) where guessing flags {_rate(fpr)}."
+        )
+        if level == "average-case":  # an AUC interval above 0.5: never hidden by a null
+            top = result.outcome(found["auc_attack"])
+            auc_ci = top.summary.auc_ci
+            headline += (
+                f" But membership shows on average: {top.name} ranks training samples above "
+                f"non-members with AUC {fmt_auc(top.summary.auc)} "
+                f"({ci_words(auc_ci, f'{confidence}% CI', fmt_auc)}; 0.5 is guessing)."
+            )
+    if not ci:
+        headline += (" Without a confidence interval (metrics.bootstrap: 0) this is a point "
+                     "estimate only.")
+    if main["indicative"] and level != INCONCLUSIVE:  # inconclusive: its reasons say it
+        headline += (f" With {main['n_nonmembers']:,} non-members this rests on "
+                     f"{main['expected_false_positives']:g} expected false positives, fewer than "
+                     f"{MIN_EXPECTED_FP}: treat it as indicative, and audit with more "
+                     "non-members to confirm it.")
+    support = []
+    for f in figures:
+        text = (f"at {_rate(f['fpr'])} FPR {best.name} finds {_pct(f['tpr'])} of members "
+                f"({_ci(f['tpr_ci'], confidence)}); "
+                f"{f['expected_false_positives']:g} false "
+                f"{'positive is' if f['expected_false_positives'] == 1 else 'positives are'} "
+                "expected there")
+        if f["indicative"]:
+            text += f" (fewer than {MIN_EXPECTED_FP}: indicative only)"
+        support.append(text)
+    auc = best.summary.auc
+    paragraphs = [
+        f"These rates rest on {main['n_members']:,} training samples and "
+        f"{main['n_nonmembers']:,} non-members: " + "; ".join(support) + "."
+        + (f" Its AUC is {fmt_auc(auc)} (0.5 is guessing)." if auc is not None else ""),
+    ]
+    outputs = context.get("outputs", "outputs")
+    references = int(context.get("references", 0) or 0)
+    # advice follows what this audit did: reference models are the first step up only when
+    # it had none
+    stronger = ("audit again with reference models (--references) and the exact training "
+                "recipe" if not references else
+                "audit again with more reference models trained exactly like the target, more "
+                "public data or more queries")
+    if level == INCONCLUSIVE:
+        paragraphs.append(
+            "For a release: this audit supports no statement either way, neither a leak nor "
+            "its absence, until the problems above are fixed. Fix them and audit again; until "
+            "then treat the model as unaudited."
+        )
+    elif level == "average-case":
+        paragraphs.append(
+            "For a release: with these attacks nobody singles out individual records with few "
+            f"false alarms, but the model's {outputs} treat training samples measurably "
+            "differently from other data, and stronger attacks (reference models trained like "
+            "the target, more public data, more queries) typically turn such a difference into "
+            "confident identifications at low FPR. Treat it as a warning sign, not a clearance: "
+            f"if the training data are sensitive, {stronger}, or reduce the gap "
+            "(regularisation, fewer epochs, DP-SGD) before release."
+        )
+    elif measurable:
+        paragraphs.append(
+            f"For a release: someone who can obtain this model's {outputs} and holds data like "
+            "the public data used here can tell, for some individual records, that they were in "
+            "the training set, with few false alarms. If the training data are personal or "
+            "confidential, treat releasing the model as disclosing that those records were used; "
+            "the ranked samples below are the ones such an attacker finds first. More training "
+            "data, stronger regularisation or fewer epochs, DP-SGD, or releasing only labels or "
+            "rounded scores lower this figure; audit again after any of them."
+        )
+    else:
+        resolution = 100 * MIN_EXPECTED_FP / max(main["n_nonmembers"], 1)
+        paragraphs.append(
+            "For a release: this audit found no measurable membership leak with these attacks. "
+            "That is evidence against a leak these attacks can see, not proof of privacy: it "
+            f"covers only the attacks that ran, with {references or 'no'} reference model(s) "
+            "and the public data given, and with "
+            f"{main['n_nonmembers']:,} non-members it cannot resolve false-positive rates below "
+            f"about {resolution:.2g}%. Stronger attacks can find leaks these did not: to look "
+            f"harder, {stronger}."
+        )
+    if context.get("privacy"):  # the empirical ε beside the model's DP claim, if it has one
+        paragraphs.append(context["privacy"])
+    if context.get("split"):  # whether the split itself is told apart without the model
+        paragraphs.append(context["split"])
+    caveats = [
+        f"{best.name} is the strongest of the {plural(len(model_based(result)), 'attack')} on "
+        "the model, on these same samples; "
+        "picking the maximum favours it slightly, and its interval does not include that choice.",
+        context.get("reference_note") or "",
+        "Attack figures are lower bounds on what an attacker can do, never proof that one "
+        "cannot do better.",
+        "Whether to release depends on what the data are and who can query the model; these "
+        "figures inform that decision, they do not make it.",
+    ]
+    if context.get("skipped"):
+        caveats.insert(1, f"{plural(context['skipped'], 'attack')} could not run on this "
+                          "audit; each is listed with the reason below the table.")
+    mismatch = context.get("input_mismatch")
+    said = any(r["code"] == "input-mismatch" for r in found["reasons"])  # in the headline
+    if mismatch and not said:  # figures of a model fed other values than it was trained on
+        caveats.insert(0, mismatch[0].upper() + mismatch[1:])
+        if level == "average-case":
+            headline += (" But the model's inputs look mismatched with its training data (see "
+                         "the first caveat), so the figures may understate the leak.")
+    return {"level": level, "attack": best.name, "fpr": fpr, "figures": figures,
+            "auc": auc, "headline": headline, "paragraphs": paragraphs,
+            "caveats": [c for c in caveats if c], "input_mismatch": mismatch,
+            "reasons": found["reasons"], "shift": found.get("shift")}
+
+
+def verdict_text(verdict: dict[str, Any]) -> str:
+    """The statement as plain text for the terminal and verdict.txt."""
+    import textwrap
+
+    blocks = [verdict["headline"], *verdict["paragraphs"]]
+    # never break inside "non-members" or "held-out": the words are searched for as written
+    out = [textwrap.fill(b, 96, break_on_hyphens=False) for b in blocks]
+    out += [textwrap.fill(c, 96, initial_indent="- ", subsequent_indent="  ",
+                          break_on_hyphens=False) for c in verdict["caveats"]]
+    return "\n\n".join(out[: len(blocks)]) + ("\n\n" + "\n".join(out[len(blocks):])
+                                              if verdict["caveats"] else "") + "\n"
