@@ -1,4 +1,5 @@
-"""Staged run directories (miaudit.records.run_dir) and atomic files (miaudit.io, their modes):
+"""Staged run directories (miaudit.records.run_dir) and atomic files (miaudit.io): a run
+replaces the previous one whole,
 or not at all, and never another run unless told to."""
 
 import json
