@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from miaudit.errors import ConfigError
+from miaudit.registry import Registry
 from miaudit.signals.bank import SignalBank
 
 if TYPE_CHECKING:  # the assembly imports torch: a config check needs the designs, not it
@@ -216,24 +217,20 @@ class DesignSpec:
     canaries: bool = False
 
 
-_DESIGNS: dict[str, DesignSpec] = {}
+_DESIGNS: Registry[DesignSpec] = Registry(
+    "design", ConfigError, unknown="design must be one of {known}; got '{name}'.{hint}",
+    ordered=False,
+)
 
 
 def register_design(name: str, description: str, canaries: bool = False
                     ) -> Callable[[Callable], Callable]:  # fmt: skip
     """Register a membership design under ``name`` (run configs name it in ``design:``)."""
-
-    def decorate(draw: Callable) -> Callable:
-        if name in _DESIGNS:
-            raise ValueError(f"design {name!r} is already registered")
-        _DESIGNS[name] = DesignSpec(name, description, draw, canaries)
-        return draw
-
-    return decorate
+    return _DESIGNS.decorator(name, lambda draw: DesignSpec(name, description, draw, canaries))
 
 
 def design_names() -> list[str]:
-    return list(_DESIGNS)
+    return _DESIGNS.names()
 
 
 def supports_canaries(kind: str) -> bool:
@@ -260,8 +257,7 @@ def make_design(
     `members` (offline only): how many audit rows the target trains on (a count or a fraction
     of the audit pool; None: a random half); each reference then trains on as many random
     public rows."""
-    if kind not in _DESIGNS:
-        raise ConfigError(f"design must be one of {', '.join(_DESIGNS)}; got '{kind}'.")
+    design = _DESIGNS.get(kind)
     if n_models < 1:
         raise ConfigError("models must be at least 1 (the target).")
     if not 0 <= target < n_models:
@@ -270,12 +266,12 @@ def make_design(
         raise ConfigError(f"split.members sets the target's training rows of the offline design; "
                           f"the {kind} design trains every model on half of every sample: "
                           "remove split.members or use design: offline.")
-    if split.canaries.size and not _DESIGNS[kind].canaries:
+    if split.canaries.size and not design.canaries:
         raise ConfigError(
             f"canaries need design: offline (the target alone trains on a random half of them; "
             f"references never do); the {kind} design is not supported yet."
         )
-    membership, notes = _DESIGNS[kind].draw(split, n_models, target, members, seed)
+    membership, notes = design.draw(split, n_models, target, members, seed)
     if split.canaries.size:
         include_canaries(membership, split, target, seed)
     for note in notes:

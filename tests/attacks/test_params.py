@@ -337,7 +337,7 @@ def test_variants_share_the_function_with_other_defaults(digits_bank):
 
 
 def test_registration_refuses_undeclared_or_invalid_parameters(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
     gamma = Param("gamma", 2.0, "float", "a threshold", low=0.0, low_open=True)
 
     def scored(view, gamma):

@@ -50,7 +50,7 @@ def test_absent_dataset_checks_the_value_before_the_files(tmp_path):
 @pytest.fixture
 def private_registry(monkeypatch):
     """Registrations made in a test vanish after it."""
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
 
 
 def _toy(folder, **_options) -> Dataset:

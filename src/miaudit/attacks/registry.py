@@ -28,6 +28,7 @@ import numpy as np
 from miaudit.attacks.params import Param, show
 from miaudit.attacks.view import TargetView
 from miaudit.errors import AttackError, ParamError
+from miaudit.registry import Registry
 from miaudit.signals.bank import QUERIES_SUFFIX
 
 
@@ -147,7 +148,10 @@ class AttackSpec:
         return {p.name: p.default for p in self.params}
 
 
-_REGISTRY: dict[str, AttackSpec] = {}
+_REGISTRY: Registry[AttackSpec] = Registry(
+    "attack", AttackError, unknown="unknown attack '{name}'.{hint} Known attacks: {known}.",
+    suggestions=3, quote=False,
+)
 
 
 def register_attack(
@@ -170,17 +174,12 @@ def register_attack(
     and mirror). `model_free`: it never reads a model (the blind baseline), so its cost is no
     model and no query."""
 
-    def decorate(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-        if name in _REGISTRY:
-            raise ValueError(f"attack '{name}' is registered twice")
+    def spec(fn: Callable[..., np.ndarray]) -> AttackSpec:
         _check_declared(name, fn, params)
-        _REGISTRY[name] = AttackSpec(
-            name, fn, needs, description, tuple(params), family, first_query_only,
-            image_queries, model_free,
-        )
-        return fn
+        return AttackSpec(name, fn, needs, description, tuple(params), family,
+                          first_query_only, image_queries, model_free)
 
-    return decorate
+    return _REGISTRY.decorator(name, spec)
 
 
 def _check_declared(name: str, fn: Callable[..., Any], params: Sequence[Param]) -> None:
@@ -206,17 +205,11 @@ def _check_declared(name: str, fn: Callable[..., Any], params: Sequence[Param]) 
 
 
 def list_attacks() -> list[AttackSpec]:
-    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+    return [_REGISTRY[k] for k in _REGISTRY.names()]
 
 
 def get_attack(name: str) -> AttackSpec:
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
-        hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise AttackError(
-            f"unknown attack '{name}'.{hint} Known attacks: {', '.join(sorted(_REGISTRY))}."
-        )
-    return _REGISTRY[name]
+    return _REGISTRY.get(name)
 
 
 def check_params(attack: str, overrides: Any, where: str = "") -> dict[str, Any]:

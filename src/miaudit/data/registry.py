@@ -7,7 +7,6 @@ I/O; files are only touched by `load_dataset` / `fetch_dataset`.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any
 
 from miaudit.data.dataset import Dataset
 from miaudit.errors import DataError
+from miaudit.registry import Registry
 
 Loader = Callable[..., Dataset]
 Fetcher = Callable[[Path], Path]
@@ -66,7 +66,11 @@ class _Entry:
     refused: dict[str, str]
 
 
-_REGISTRY: dict[str, _Entry] = {}
+_REGISTRY: Registry[_Entry] = Registry(
+    "dataset", DataError, cutoff=0.5, listed=lambda entry: entry.listed,
+    unknown="unknown dataset {name!r}.{hint} Known datasets: {known}; or pass the path of an "
+            f"existing {'/'.join(FILE_SUFFIXES[:3] + FILE_SUFFIXES[4:])} file.",
+)
 
 
 def _always(_folder: Path) -> bool:
@@ -113,10 +117,8 @@ def register_dataset(
         raise ValueError(f"dataset {name!r}: preprocessing must describe 'standard' and may "
                          f"describe {PREPROCESSING[1:]}; got {sorted(described)}")
 
-    def decorate(loader: Loader) -> Loader:
-        if name in _REGISTRY:
-            raise ValueError(f"dataset {name!r} is already registered")
-        _REGISTRY[name] = _Entry(
+    def entry(loader: Loader) -> _Entry:
+        return _Entry(
             name=name,
             loader=loader,
             fetcher=fetcher,
@@ -133,9 +135,8 @@ def register_dataset(
             preprocessing=described,
             refused=dict(refused or {}),
         )
-        return loader
 
-    return decorate
+    return _REGISTRY.decorator(name, entry)
 
 
 def default_data_dir() -> Path:
@@ -151,17 +152,7 @@ def _root(data_dir: str | os.PathLike | None) -> Path:
 
 
 def _entry(name: str) -> _Entry:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        pass
-    known = sorted(n for n, e in _REGISTRY.items() if e.listed)
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise DataError(
-        f"unknown dataset {name!r}.{hint} Known datasets: {', '.join(known)}; or pass the path "
-        f"of an existing {'/'.join(FILE_SUFFIXES[:3] + FILE_SUFFIXES[4:])} file."
-    )
+    return _REGISTRY.get(name)
 
 
 def _looks_like_file(name: str) -> bool:

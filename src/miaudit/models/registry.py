@@ -14,27 +14,21 @@ from typing import Any
 from torch import nn
 
 from miaudit.errors import ConfigError
+from miaudit.registry import Registry
 
 ModelFactory = Callable[..., nn.Module]
 
-_REGISTRY: dict[str, ModelFactory] = {}
+_REGISTRY: Registry[ModelFactory] = Registry("architecture", ConfigError)
 
 
 def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
     """Decorator: register ``factory(input_shape, num_classes, **params)`` under ``name``."""
-
-    def decorate(factory: ModelFactory) -> ModelFactory:
-        if name in _REGISTRY and _REGISTRY[name] is not factory:
-            raise ValueError(f"model name {name!r} is already registered")
-        _REGISTRY[name] = factory
-        return factory
-
-    return decorate
+    return _REGISTRY.decorator(name)
 
 
 def list_models() -> list[str]:
     """Names of every registered architecture, sorted."""
-    return sorted(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def _suggest(word: str, choices: list[str]) -> str:
@@ -43,14 +37,7 @@ def _suggest(word: str, choices: list[str]) -> str:
 
 
 def _factory(name: str) -> ModelFactory:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        known = list_models()
-        raise ConfigError(
-            f"unknown architecture {name!r}.{_suggest(str(name), known)} "
-            f"Known architectures: {', '.join(known)}."
-        ) from None
+    return _REGISTRY.get(name)
 
 
 def model_params(name: str) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.errors import ConfigError
+from miaudit.registry import Registry
 
 # Default guesses: IN for the top tenth of the canaries' scores, OUT for the bottom tenth.
 DEFAULT_GUESS_FRACTION = 0.1
@@ -33,29 +34,23 @@ class CanaryKind:
     relabel: Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
 
 
-_KINDS: dict[str, CanaryKind] = {}
+_KINDS: Registry[CanaryKind] = Registry(
+    "canary kind", ConfigError, unknown="canaries.kind must be one of {known}; got {name!r}.{hint}",
+    ordered=False,
+)
 
 
 def register_canary_kind(name: str, description: str) -> Callable[[Callable], Callable]:
     """Register a canary kind under ``name`` (run configs name it in ``canaries.kind``)."""
-
-    def decorate(relabel: Callable) -> Callable:
-        if name in _KINDS:
-            raise ValueError(f"canary kind {name!r} is already registered")
-        _KINDS[name] = CanaryKind(name, description, relabel)
-        return relabel
-
-    return decorate
+    return _KINDS.decorator(name, lambda relabel: CanaryKind(name, description, relabel))
 
 
 def canary_kind_names() -> list[str]:
-    return list(_KINDS)
+    return _KINDS.names()
 
 
 def canary_kind(name: str) -> CanaryKind:
-    if name not in _KINDS:
-        raise ConfigError(f"canaries.kind must be one of {', '.join(_KINDS)}; got {name!r}.")
-    return _KINDS[name]
+    return _KINDS.get(name)
 
 
 @register_canary_kind("mislabelled", "the true label replaced by a seeded uniformly random "

@@ -35,27 +35,23 @@ import numpy as np
 from scipy.special import softmax
 
 from miaudit.errors import ConfigError
+from miaudit.registry import Registry
 
 FLOOR = 1e-30  # stored probability of a released 0: log(FLOOR) ≈ −69.08, finite in float32
 
 DefenceFn = Callable[..., np.ndarray]  # (probabilities float64 [..., C], **params) -> p'
-_DEFENCES: dict[str, tuple[DefenceFn, dict[str, Any]]] = {}
+_DEFENCES: Registry[tuple[DefenceFn, dict[str, Any]]] = Registry(
+    "defence", ConfigError, unknown="unknown defence '{name}'; known: {known}.{hint}"
+)
 
 
 def register_defence(name: str, **defaults: Any) -> Callable[[DefenceFn], DefenceFn]:
     """Register `fn(p, **params) -> released probabilities` under `name` with defaults."""
-
-    def decorate(fn: DefenceFn) -> DefenceFn:
-        if name in _DEFENCES:
-            raise ValueError(f"defence '{name}' is registered twice")
-        _DEFENCES[name] = (fn, dict(defaults))
-        return fn
-
-    return decorate
+    return _DEFENCES.decorator(name, lambda fn: (fn, dict(defaults)))
 
 
 def list_defences() -> list[str]:
-    return sorted(_DEFENCES)
+    return _DEFENCES.names()
 
 
 @register_defence("top-k", k=1, renormalise=False)
@@ -100,9 +96,7 @@ def _parse(spec: str | Mapping[str, Any]) -> tuple[str, DefenceFn, dict[str, Any
         raise ConfigError(
             f"a defence is a name or a mapping like {{'name': 'top-k', 'k': 3}}; got {spec!r}."
         )
-    if name not in _DEFENCES:
-        raise ConfigError(f"unknown defence '{name}'; known: {', '.join(list_defences())}.")
-    fn, defaults = _DEFENCES[name]
+    fn, defaults = _DEFENCES.get(name)
     unknown = set(given) - set(defaults)
     if unknown:
         raise ConfigError(

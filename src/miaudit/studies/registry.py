@@ -27,6 +27,7 @@ import pandas as pd
 import yaml
 
 from miaudit.io import write_text
+from miaudit.registry import Registry
 from miaudit.studies.sweep import Cell, StudyError, Work, run_sweep
 
 SIZES = ("cpu", "paper")
@@ -51,13 +52,15 @@ class Study:
     summarize: Callable[[pd.DataFrame, Path], None]
 
 
-_STUDIES: dict[str, Study] = {}
+_STUDIES: Registry[Study] = Registry(
+    "study", StudyError, unknown="unknown study {name!r}.{hint} Studies: {known}."
+)
 
 
 def register_study(name: str, description: str = "") -> Callable[[type], type]:
     """Class decorator registering a study under ``name`` (see the module docstring)."""
 
-    def decorate(declaration: type) -> type:
+    def study(declaration: type) -> Study:
         missing = [a for a in ("configs", "cells", "work", "summarize")
                    if not hasattr(declaration, a)]
         if missing:
@@ -70,7 +73,7 @@ def register_study(name: str, description: str = "") -> Callable[[type], type]:
             raise StudyError(f"study {name!r}: work must be a module-level function "
                              "(worker processes import it by name).")
         doc = (declaration.__doc__ or "").strip().splitlines()
-        _STUDIES[name] = Study(
+        return Study(
             name=name,
             description=description or (doc[0] if doc else ""),
             configs={k: dict(v) for k, v in configs.items()},
@@ -78,9 +81,8 @@ def register_study(name: str, description: str = "") -> Callable[[type], type]:
             work=work,
             summarize=declaration.summarize,
         )
-        return declaration
 
-    return decorate
+    return _STUDIES.decorator(name, study)
 
 
 def _load_builtins() -> None:
@@ -90,16 +92,12 @@ def _load_builtins() -> None:
 
 def get_study(name: str) -> Study:
     _load_builtins()
-    if name not in _STUDIES:
-        close = difflib.get_close_matches(name, list(_STUDIES), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise StudyError(f"unknown study {name!r}.{hint} Studies: {', '.join(sorted(_STUDIES))}.")
-    return _STUDIES[name]
+    return _STUDIES.get(name)
 
 
 def list_studies() -> list[Study]:
     _load_builtins()
-    return [_STUDIES[k] for k in sorted(_STUDIES)]
+    return [_STUDIES[k] for k in _STUDIES.names()]
 
 
 # Sections whose keys are names the user chooses (a study's datasets): a new key adds an entry
