@@ -8,7 +8,7 @@ from opacus.accountants.utils import get_noise_multiplier
 
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
-from miaudit.train import ModelCache, Recipe, dp, stacked, train_model
+from miaudit.train import ModelCache, Recipe, dp, engine, stacked, train_model
 
 N = 256
 DP_RECIPE = Recipe(epochs=2, batch_size=64, lr=0.1, dp={"epsilon": 8.0, "accountant": "rdp"})
@@ -89,6 +89,21 @@ def test_same_seed_same_weights_and_plain_module(data, rdp_model):
     assert type(rdp_model.module) is type(plain) and not rdp_model.module.training
     other = train_model(DP_RECIPE, x, y, np.arange(N), seed=4, progress=False)
     assert not torch.equal(other.module.state_dict()["head.weight"], a["head.weight"])
+
+
+def test_dp_sgd_steps_through_the_one_loop(data, rdp_model, monkeypatch):
+    x, y = data
+    seen = []
+    real = engine.run_epoch
+
+    def spy(strategy, batches, *args, **kwargs):
+        seen.append((type(strategy).__name__, type(batches).__name__))
+        return real(strategy, batches, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "run_epoch", spy)
+    again = train_model(DP_RECIPE, x, y, np.arange(N), seed=3, progress=False)
+    assert seen == [("DPStrategy", "DPDataLoader")] * DP_RECIPE.epochs  # Poisson sampling
+    assert again.privacy == rdp_model.privacy
 
 
 def test_dp_model_round_trips_through_cache_with_privacy(tmp_path, data, rdp_model, monkeypatch):

@@ -3,7 +3,17 @@ import pytest
 import torch
 
 from miaudit.errors import ConfigError
-from miaudit.train import Recipe, predict_logits, train_model, train_models
+from miaudit.train import (
+    CheckpointSpec,
+    Recipe,
+    engine,
+    lr_at,
+    predict_logits,
+    train_model,
+    train_models,
+)
+from miaudit.train.forgetting import forget
+from miaudit.train.stacked import train_stacked
 
 FAST = Recipe(architecture="mlp", lr=0.1, epochs=8, batch_size=32)
 TRAIN = np.arange(200)
@@ -177,3 +187,69 @@ def test_num_threads_is_scoped_to_the_call(digits):
         on_epoch_end=lambda info: seen.append(torch.get_num_threads()),
     )
     assert seen == [1] and torch.get_num_threads() == 2
+
+
+class RecordingStrategy:
+    """Two fake models: each step records its learning rate and rows, and adds 1 to a weight."""
+
+    module = None
+    models = 2
+
+    def __init__(self):
+        self.weight = torch.nn.Parameter(torch.zeros(()))
+        self.optimizer = torch.optim.SGD([self.weight], lr=1.0)
+        self.lrs, self.batches = [], []
+
+    def step(self, xb, yb):
+        self.lrs.append(self.optimizer.param_groups[0]["lr"])
+        self.batches.append(yb.view(2, -1).clone())  # model 0's rows, then model 1's
+        with torch.no_grad():
+            self.weight += 1
+
+    def epoch_losses(self):
+        return [float(len(self.batches)), 0.0]
+
+    def snapshots(self):
+        return [{"w": self.weight.detach().clone()}, {"w": -self.weight.detach().clone()}]
+
+    def resume(self):
+        pass
+
+
+def test_the_loop_owns_batches_schedule_and_snapshots():
+    recipe = Recipe(lr=0.1, epochs=3, batch_size=4)  # 5 rows a model: 2 steps an epoch
+    x, y = torch.arange(10.0)[:, None], torch.arange(10)
+    members = torch.arange(10).view(2, 5)
+    strategy = RecordingStrategy()
+    batches = engine.ShuffledBatches(x, y, [0, 1], recipe.batch_size, members)
+    result = engine.train_loop(strategy, batches, recipe, 5, torch.device("cpu"),
+                               checkpoints=CheckpointSpec(epochs=[1], steps=[5]))
+    assert result.steps == 6 and strategy.lrs == [lr_at(recipe, s, 6) for s in range(6)]
+    assert result.losses == [[2.0, 4.0, 6.0], [0.0, 0.0, 0.0]]
+    assert sorted(result.snapshots[0]) == [2, 5]
+    assert float(result.snapshots[0][5]["w"]) == 5 and float(result.snapshots[1][2]["w"]) == -2
+    for epoch in range(3):  # each epoch: every model's own rows once, freshly shuffled
+        rows = torch.cat(strategy.batches[2 * epoch : 2 * epoch + 2], dim=1)
+        assert rows[0].sort().values.tolist() == [0, 1, 2, 3, 4]
+        assert rows[1].sort().values.tolist() == [5, 6, 7, 8, 9]
+    assert strategy.batches[0][0].tolist() != strategy.batches[2][0].tolist()
+    with pytest.raises(ConfigError, match="callbacks"):
+        engine.train_loop(strategy, batches, recipe, 5, torch.device("cpu"),
+                          on_epoch_end=lambda info: None)
+
+
+def test_every_trainer_steps_through_the_one_loop(digits, monkeypatch):
+    x, y = digits
+    seen = []
+    real = engine.run_epoch
+
+    def spy(strategy, *args, **kwargs):
+        seen.append(type(strategy).__name__)
+        return real(strategy, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "run_epoch", spy)
+    recipe = FAST.replace(epochs=1)
+    target = train_model(recipe, x, y, TRAIN, seed=0, progress=False)
+    train_stacked(recipe, x, y, [TRAIN, TRAIN + 50], [0, 1])
+    forget(target, recipe, x, y, np.arange(200, 300), seed=1)
+    assert seen == ["PlainStrategy", "StackedStrategy", "PlainStrategy"]

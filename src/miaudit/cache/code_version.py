@@ -41,8 +41,10 @@ from collections.abc import Iterable
 TRAINER_CODE: dict[str, str] = {
     "miaudit.train.trainer": "dispatch: which trainer trains which jobs (stacked groups or "
                              "one by one), worker count, threads",
-    "miaudit.train.loop": "the one-model training loop: batches, losses (classification, "
-                          "causal LM), optimizer steps, snapshots",
+    "miaudit.train.engine": "the one training loop every trainer runs: batches, shuffling, "
+                            "lr per step, augmentation, snapshots",
+    "miaudit.train.loop": "the one-model strategy: losses (classification, causal LM), "
+                          "optimizer steps, seeding and dispatch to DP-SGD",
     "miaudit.train.stacked": "K models trained as one, with a written-out backward",
     "miaudit.train.parallel": "worker processes: their thread count and how models come back",
     "miaudit.train.common": "optimizers, the learning-rate schedule, seed derivation, RNG "
@@ -73,6 +75,7 @@ NOT_TRAINER_CODE: dict[str, str] = {
     "miaudit.runtime.threads": "sets a thread count; the counts are chosen in trainer and parallel",
     "miaudit.runtime.progress": "progress bars",
     "miaudit.errors": "exception types",
+    "miaudit.registry": "name lookup: which builder a name means, not what it builds",
     "miaudit.data.dataset": "the Dataset container: the data is in the key (its fingerprint, "
                          "which covers tokenization and preprocessing: they make the features)",
 }

@@ -1,8 +1,13 @@
 """What every trainer shares: the trained-model record, the epoch callback, seeds and RNG
 isolation, the learning-rate schedule, the optimizer, checkpoint snapshots and prediction.
 
-The trainers build on this layer one way: ``loop`` (one model; DP-SGD via ``dp``), ``stacked``
-(many models as one), ``parallel`` (worker processes), and ``trainer`` choosing among them.
+The trainers build on this layer one way. ``engine`` holds the one training loop (epochs,
+steps, batches, learning rate per step, augmentation, snapshots, callbacks, progress) and the
+``Strategy`` protocol; each trainer is a strategy plugged into it plus a thin entry point:
+``loop`` (one model by autograd, ``train_model``; a DP-SGD recipe goes to ``dp``), ``dp``
+(Opacus's per-sample clipping and noise on Poisson-sampled batches) and ``stacked`` (K models
+as one, a written-out backward). ``parallel`` fans stacked groups out over worker processes,
+and ``trainer`` chooses among them.
 """
 
 from __future__ import annotations

@@ -16,14 +16,15 @@ Opacus's, step for step, except that it never evaluates a noise whose grid excee
 needed, flagged ``search_bounded`` in the privacy record and in a warning, never less privacy.
 Checkpoints (``checkpoints``) carry the epsilon spent up to their step (:func:`privacy_at`).
 
-This is the one training path that uses a ``DataLoader`` instead of the resident-tensor
-batching of ``loop.py``: the privacy guarantee rests on Poisson sampling of the batches
+Training runs the one loop (:func:`miaudit.train.engine.train_loop`: learning rate per step,
+checkpoints, callbacks, progress) with :class:`DPStrategy` for the step and Opacus's loader for
+the batches, the one training path that uses a ``DataLoader`` instead of the engine's
+resident-tensor batching: the privacy guarantee rests on Poisson sampling of the batches
 (each row joins each step's batch independently with rate ``1 / steps_per_epoch``, so the
 expected batch size is about ``recipe.batch_size``), which Opacus's ``DPDataLoader`` provides.
 The loader is a ``TensorDataset`` over the resident tensors with a seeded generator, and
 Opacus's noise is drawn from torch's global RNG inside :func:`common.isolated_rng`, so the same
 seed gives the same weights (``secure_mode`` is off: this is for auditing, not deployment).
-The learning rate follows the recipe's schedule per optimizer step (``common.lr_at``).
 
 Models with BatchNorm (``resnet18``) are rejected: per-sample gradients are undefined for it,
 and swapping it for GroupNorm would change the architecture the model cache rebuilds.
@@ -34,20 +35,20 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import time
 import warnings
 from typing import Any, NamedTuple
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
-from miaudit.runtime.progress import progress_bar
 from miaudit.train import common
-from miaudit.train.checkpoints import CheckpointSpec
-from miaudit.train.common import EpochCallback, EpochInfo, TrainedModel
+from miaudit.train.checkpoints import CheckpointSpec, steps_per_epoch
+from miaudit.train.common import EpochCallback, TrainedModel
+from miaudit.train.engine import train_loop
 from miaudit.train.recipe import PRV_MAX_AUTO_EPSILON, Recipe
 from miaudit.train.rows import ArrayLike, training_rows
 
@@ -185,6 +186,114 @@ def noise_multiplier(
     return find_noise(epsilon, delta, sample_rate, epochs, accountant).sigma
 
 
+class DPStrategy:
+    """One module trained by DP-SGD: Opacus's per-sample gradients (``dp_module``), clipping and
+    noise (``optimizer``), on Poisson-sampled batches of any size, even empty."""
+
+    models = 1
+
+    def __init__(self, module: nn.Module, dp_module: nn.Module, optimizer: torch.optim.Optimizer,
+                 recipe: Recipe) -> None:  # fmt: skip
+        self.module, self.dp_module, self.optimizer = module, dp_module, optimizer
+        self.smoothing = recipe.label_smoothing
+        self.total, self.count = 0.0, 0
+
+    def step(self, xb: torch.Tensor, yb: torch.Tensor) -> None:
+        # sum / max(len, 1): the mean, but 0 (not nan) on an empty Poisson batch.
+        loss_sum = F.cross_entropy(self.dp_module(xb), yb, reduction="sum",
+                                   label_smoothing=self.smoothing)  # fmt: skip
+        loss = loss_sum / max(len(yb), 1)
+        self.optimizer.zero_grad(set_to_none=True)
+        with warnings.catch_warnings():  # "Full backward hook is firing ..."
+            warnings.simplefilter("ignore", UserWarning)
+            loss.backward()
+        self.optimizer.step()  # clips per sample, adds noise from torch's global RNG
+        self.total += float(loss_sum.detach())
+        self.count += len(yb)
+
+    def epoch_losses(self) -> list[float]:
+        loss = self.total / max(self.count, 1)
+        self.total, self.count = 0.0, 0
+        return [loss]
+
+    def snapshots(self) -> list[dict[str, torch.Tensor]]:
+        return [common.snapshot(self.module)]  # the plain module's keys, no Opacus wrapper
+
+    def resume(self) -> None:
+        self.dp_module.train()
+
+
+class _Private(NamedTuple):
+    """A model made private by Opacus: what training and the privacy record need."""
+
+    strategy: DPStrategy
+    loader: Any  # Opacus's DPDataLoader: Poisson-sampled batches
+    engine: Any  # the PrivacyEngine, whose accountant saw every step
+    search: NoiseSearch
+
+
+def _make_private(
+    recipe: Recipe, x: torch.Tensor, y: torch.Tensor, n_classes: int, shuffle_seed: int
+) -> _Private:
+    """Build the model (under the caller's seeded RNG), check Opacus can train it, find the
+    noise for the target and wrap model, optimizer and a seeded loader with ``make_private``."""
+    from opacus import PrivacyEngine
+    from opacus.validators import ModuleValidator
+
+    dp = dict(recipe.dp or {})
+    loader = DataLoader(
+        TensorDataset(x, y),
+        batch_size=recipe.batch_size,
+        generator=torch.Generator(device="cpu").manual_seed(shuffle_seed),
+    )
+    input_shape = tuple(int(d) for d in x.shape[1:])
+    module = build_model(recipe.architecture, input_shape, n_classes, **recipe.arch_params)
+    errors = ModuleValidator.validate(module, strict=False)
+    if errors:
+        raise ConfigError(
+            f"architecture {recipe.architecture!r} cannot be trained with DP-SGD: "
+            f"{'; '.join(str(e) for e in errors)}. Use one without BatchNorm "
+            "(mlp, mnist-cnn, cifar-cnn)."
+        )
+    module.to(x.device).train()
+    optimizer = common.make_optimizer(recipe, list(module.parameters()))
+    search = find_noise(
+        dp["epsilon"], dp["delta"], 1.0 / len(loader), recipe.epochs, dp["accountant"]
+    )
+    # make_private with the memoised sigma: what make_private_with_epsilon does.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "Secure RNG turned off", ...
+        engine = PrivacyEngine(accountant=dp["accountant"], secure_mode=False)
+        dp_module, dp_optimizer, dp_loader = engine.make_private(
+            module=module,
+            optimizer=optimizer,
+            data_loader=loader,
+            noise_multiplier=search.sigma,
+            max_grad_norm=dp["max_grad_norm"],
+        )
+    return _Private(DPStrategy(module, dp_module, dp_optimizer, recipe), dp_loader, engine,
+                    search)  # fmt: skip
+
+
+def _privacy_record(recipe: Recipe, private: _Private, steps: int, sample_rate: float) -> dict:
+    """What the run spent (by its own accountant) and how: :attr:`TrainedModel.privacy`."""
+    dp = dict(recipe.dp or {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        spent = float(private.engine.get_epsilon(dp["delta"]))
+    return {
+        "epsilon_spent": spent,
+        "target_epsilon": dp["epsilon"],
+        "delta": dp["delta"],
+        "noise_multiplier": float(private.strategy.optimizer.noise_multiplier),
+        "max_grad_norm": dp["max_grad_norm"],
+        "accountant": dp["accountant"],
+        "sample_rate": sample_rate,
+        "steps": steps,
+        "search_bounded": private.search.bounded,
+    }
+
+
 def train_model_dp(
     recipe: Recipe,
     features: ArrayLike,
@@ -207,123 +316,27 @@ def train_model_dp(
     ``max_grad_norm``, ``accountant``, ``sample_rate``, ``steps`` and ``search_bounded``
     (see :func:`find_noise`). ``checkpoints`` keeps ``snapshots`` as ``train_model`` does.
     """
-    from opacus import PrivacyEngine
-    from opacus.validators import ModuleValidator
-
     if recipe.dp is None:
         raise ConfigError("train_model_dp needs a recipe with dp set.")
-    dp = dict(recipe.dp)
     device = torch.device(device)
     rows = training_rows(features, labels, indices, device, num_classes)
-    idx, x, y, n_classes = rows.idx, rows.x, rows.y, rows.n_classes
     init_seed, shuffle_seed = common.derive_seeds(seed)
-    input_shape = tuple(int(d) for d in x.shape[1:])
-    n = len(idx)
-    loader = DataLoader(
-        TensorDataset(x, y),
-        batch_size=recipe.batch_size,
-        generator=torch.Generator(device="cpu").manual_seed(shuffle_seed),
-    )
-    steps_per_epoch = len(loader)
-    total_steps = steps_per_epoch * recipe.epochs
-    keep = checkpoints.keep_steps(recipe, n) if checkpoints else set()
-    snapshots: dict[int, dict[str, torch.Tensor]] = {}
-
-    losses: list[float] = []
-    start = time.perf_counter()
+    input_shape = tuple(int(d) for d in rows.x.shape[1:])
+    n = len(rows.idx)
+    # Init, dropout and Opacus's noise draw from torch's global RNG: seeded, restored after.
     with common.isolated_rng(device, init_seed):
-        module = build_model(recipe.architecture, input_shape, n_classes, **recipe.arch_params)
-        errors = ModuleValidator.validate(module, strict=False)
-        if errors:
-            raise ConfigError(
-                f"architecture {recipe.architecture!r} cannot be trained with DP-SGD: "
-                f"{'; '.join(str(e) for e in errors)}. Use one without BatchNorm "
-                "(mlp, mnist-cnn, cifar-cnn)."
-            )
-        module.to(device).train()
-        optimizer = common.make_optimizer(recipe, list(module.parameters()))
-        search = find_noise(
-            dp["epsilon"], dp["delta"], 1.0 / steps_per_epoch, recipe.epochs, dp["accountant"]
-        )
-        sigma = search.sigma
-        # make_private with the memoised sigma: what make_private_with_epsilon does.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "Secure RNG turned off", ...
-            engine = PrivacyEngine(accountant=dp["accountant"], secure_mode=False)
-            dp_module, dp_optimizer, dp_loader = engine.make_private(
-                module=module,
-                optimizer=optimizer,
-                data_loader=loader,
-                noise_multiplier=sigma,
-                max_grad_norm=dp["max_grad_norm"],
-            )
-        bar = progress_bar(recipe.epochs, desc, "epoch", enabled=progress)
-        step = 0
-        with bar:
-            for epoch in range(recipe.epochs):
-                total, count, lr = 0.0, 0, recipe.lr
-                for xb, yb in dp_loader:
-                    lr = common.lr_at(recipe, step, total_steps)
-                    for group in dp_optimizer.param_groups:
-                        group["lr"] = lr
-                    # sum / max(len, 1): the mean, but 0 (not nan) on an empty Poisson batch.
-                    loss_sum = F.cross_entropy(
-                        dp_module(xb), yb, reduction="sum",
-                        label_smoothing=recipe.label_smoothing,
-                    )  # fmt: skip
-                    loss = loss_sum / max(len(yb), 1)
-                    dp_optimizer.zero_grad(set_to_none=True)
-                    with warnings.catch_warnings():  # "Full backward hook is firing ..."
-                        warnings.simplefilter("ignore", UserWarning)
-                        loss.backward()
-                    dp_optimizer.step()
-                    total += float(loss_sum.detach())
-                    count += len(yb)
-                    step += 1
-                    if step in keep:
-                        snapshots[step] = common.snapshot(module)
-                loss_mean = total / max(count, 1)
-                losses.append(loss_mean)
-                bar.set_postfix(loss=f"{loss_mean:.4f}", lr=f"{lr:.3g}")
-                bar.update(1)
-                if on_epoch_end is not None:
-                    on_epoch_end(EpochInfo(epoch + 1, recipe.epochs, loss_mean, lr, module))
-                    dp_module.train()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - start
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        spent = float(engine.get_epsilon(dp["delta"]))
-    privacy = {
-        "epsilon_spent": spent,
-        "target_epsilon": dp["epsilon"],
-        "delta": dp["delta"],
-        "noise_multiplier": float(dp_optimizer.noise_multiplier),
-        "max_grad_norm": dp["max_grad_norm"],
-        "accountant": dp["accountant"],
-        "sample_rate": 1.0 / steps_per_epoch,
-        "steps": step,
-        "search_bounded": search.bounded,
-    }
+        private = _make_private(recipe, rows.x, rows.y, rows.n_classes, shuffle_seed)
+        result = train_loop(
+            private.strategy, private.loader, recipe, n, device, checkpoints=checkpoints,
+            on_epoch_end=on_epoch_end, progress=progress, desc=desc,
+        )  # fmt: skip
+    privacy = _privacy_record(recipe, private, result.steps, 1.0 / steps_per_epoch(recipe, n))
     # A fresh, hook-free copy of the architecture carrying the trained weights.
     with common.isolated_rng(torch.device("cpu"), 0):
-        plain = build_model(recipe.architecture, input_shape, n_classes, **recipe.arch_params)
-    plain.load_state_dict(module.state_dict(), strict=True)
-    plain.to(device).eval()
-    return TrainedModel(
-        module=plain,
-        recipe=recipe,
-        seed=int(seed),
-        train_seconds=seconds,
-        samples_per_second=n * recipe.epochs / seconds if seconds > 0 else math.inf,
-        n_train=n,
-        num_classes=n_classes,
-        input_shape=input_shape,
-        losses=losses,
-        privacy=privacy,
-        snapshots=snapshots,
-    )
+        plain = build_model(recipe.architecture, input_shape, rows.n_classes, **recipe.arch_params)
+    plain.load_state_dict(private.strategy.module.state_dict(), strict=True)
+    plain.to(device)
+    return result.model(0, plain, recipe, seed, n, rows.n_classes, input_shape, privacy)
 
 
 def privacy_at(privacy: dict, step: int) -> dict:

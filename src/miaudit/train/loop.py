@@ -1,14 +1,12 @@
-"""The training loop: one resident tensor per dataset, index-sliced batches, no DataLoader.
+"""One model trained by autograd: the plain strategy of the training loop, and ``train_model``.
 
-Speed matters (audits train hundreds of reference models), so the loop keeps the training rows
-as a single tensor on the device, draws one ``randperm`` per epoch from a local generator and
-slices batches by index. The only host-device syncs are one per epoch (the mean loss).
+:func:`train_model` is the entry point for one model: it checks the rows, seeds the model's
+initialisation and dropout (:func:`common.isolated_rng`), builds the model and runs
+:func:`miaudit.train.engine.train_loop` with a :class:`PlainStrategy` over the engine's shuffled,
+index-sliced batches. A recipe with ``dp`` set goes to :mod:`miaudit.train.dp` instead.
 """
 
 from __future__ import annotations
-
-import math
-import time
 
 import torch
 from torch import nn
@@ -17,21 +15,18 @@ from torch.nn import functional as F
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
 from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
-from miaudit.runtime.progress import progress_bar
 from miaudit.runtime.threads import cpu_threads
-from miaudit.train import dp
-from miaudit.train.augment import Augmentation, augment_seed, build_augmentation
+from miaudit.train import dp, engine
 from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.common import (
     EpochCallback,
-    EpochInfo,
     TrainedModel,
     derive_seeds,
     isolated_rng,
-    lr_at,
     make_optimizer,
     snapshot,
 )
+from miaudit.train.engine import ShuffledBatches, augmenter, index_batches, train_loop
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import ArrayLike, training_rows
 
@@ -50,6 +45,44 @@ def _lm_loss(module: nn.Module, xb: torch.Tensor) -> torch.Tensor:
     return next_token_loss(module(xb), token_ids(xb), module.pad_id)
 
 
+class PlainStrategy:
+    """One module, autograd's backward: mean cross-entropy on the labels (with the recipe's
+    label smoothing), or a causal LM's next-token loss (labels unused)."""
+
+    models = 1
+
+    def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, recipe: Recipe,
+                 device: torch.device) -> None:  # fmt: skip
+        self.module, self.optimizer = module, optimizer
+        self.smoothing = recipe.label_smoothing
+        self.causal = is_causal_lm(module)
+        self.total = torch.zeros((), device=device)  # the epoch's summed loss, on the device
+        self.count = 0
+
+    def step(self, xb: torch.Tensor, yb: torch.Tensor) -> None:
+        if self.causal:  # next-token loss over non-pad targets; labels are unused
+            loss = _lm_loss(self.module, xb)
+        else:
+            loss = F.cross_entropy(self.module(xb), yb, label_smoothing=self.smoothing)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.total.add_(loss.detach(), alpha=len(xb))
+        self.count += len(xb)
+
+    def epoch_losses(self) -> list[float]:
+        loss = float(self.total) / self.count  # float(): the one host-device sync per epoch
+        self.total.zero_()
+        self.count = 0
+        return [loss]
+
+    def snapshots(self) -> list[dict[str, torch.Tensor]]:
+        return [snapshot(self.module)]
+
+    def resume(self) -> None:
+        self.module.train()
+
+
 def _train_epoch(
     module: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -59,42 +92,24 @@ def _train_epoch(
     order: torch.Tensor,
     step: int,
     total_steps: int,
-    augment: Augmentation | None = None,
-    aug_generator: torch.Generator | None = None,
-    keep: set[int] | None = None,
-    snapshots: dict[int, dict[str, torch.Tensor]] | None = None,
 ) -> tuple[float, float]:
-    """One pass over ``order``; returns the mean loss and the last step's learning rate.
+    """One epoch of ``module`` over rows ``order`` of ``x``/``y`` from step ``step`` of
+    ``total_steps``, by the loop's own epoch (:func:`engine.run_epoch`); the mean loss and the
+    last step's learning rate. For callers with a module of their own (forgetting copies)."""
+    strategy = PlainStrategy(module, optimizer, recipe, x.device)
+    batches = index_batches(x, y, order, recipe.batch_size)
+    _, lr = engine.run_epoch(strategy, batches, recipe, step, total_steps)
+    return strategy.epoch_losses()[0], lr
 
-    ``augment`` (optional) transforms each batch before the forward pass, drawing from
-    ``aug_generator``. After each optimizer step whose 1-based count is in ``keep``, the
-    weights are copied into ``snapshots[count]``.
-    """
-    total = torch.zeros((), device=x.device)
-    lr = recipe.lr
-    causal = is_causal_lm(module)
-    for lo in range(0, len(order), recipe.batch_size):
-        batch = order[lo : lo + recipe.batch_size]
-        lr = lr_at(recipe, step, total_steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        xb = x.index_select(0, batch)
-        if augment is not None:
-            xb = augment(xb, aug_generator)
-        if causal:  # next-token loss over non-pad targets; labels are unused
-            loss = _lm_loss(module, xb)
-        else:
-            loss = F.cross_entropy(
-                module(xb), y.index_select(0, batch), label_smoothing=recipe.label_smoothing
-            )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        total.add_(loss.detach(), alpha=len(batch))
-        step += 1
-        if keep and step in keep and snapshots is not None:
-            snapshots[step] = snapshot(module)
-    return float(total) / len(order), lr  # float(): the one host-device sync per epoch
+
+def _check_dp_supported(recipe: Recipe) -> None:
+    if recipe.architecture in CAUSAL_LM_ARCHITECTURES:
+        raise ConfigError(
+            f"recipe.dp (DP-SGD) is not supported for the causal LM "
+            f"'{recipe.architecture}': Opacus computes per-sample gradients of a "
+            "classification loss on labels, not of a next-token loss over padded "
+            "sequences; train it without dp."
+        )
 
 
 def train_model(
@@ -124,13 +139,7 @@ def train_model(
     A recipe with ``dp`` set trains with DP-SGD (:func:`miaudit.train.dp.train_model_dp`).
     """
     if recipe.dp is not None:
-        if recipe.architecture in CAUSAL_LM_ARCHITECTURES:
-            raise ConfigError(
-                f"recipe.dp (DP-SGD) is not supported for the causal LM "
-                f"'{recipe.architecture}': Opacus computes per-sample gradients of a "
-                "classification loss on labels, not of a next-token loss over padded "
-                "sequences; train it without dp."
-            )
+        _check_dp_supported(recipe)
         with cpu_threads(num_threads):
             return dp.train_model_dp(
                 recipe, features, labels, indices, seed, device, num_classes, progress,
@@ -138,53 +147,19 @@ def train_model(
             )  # fmt: skip
     device = torch.device(device)
     rows = training_rows(features, labels, indices, device, num_classes)
-    idx, x, y, n_classes = rows.idx, rows.x, rows.y, rows.n_classes
     init_seed, shuffle_seed = derive_seeds(seed)
-    input_shape = tuple(int(d) for d in x.shape[1:])
-    n = len(idx)
-    steps_per_epoch = math.ceil(n / recipe.batch_size)
-    total_steps = steps_per_epoch * recipe.epochs
-    shuffler = torch.Generator(device="cpu").manual_seed(shuffle_seed)
-    augment = build_augmentation(recipe.augment, input_shape)
-    aug_generator = torch.Generator(device="cpu").manual_seed(augment_seed(seed))
-    keep = checkpoints.keep_steps(recipe, n) if checkpoints else set()
-    snapshots: dict[int, dict[str, torch.Tensor]] = {}
-
-    losses: list[float] = []
-    start = time.perf_counter()
+    input_shape = tuple(int(d) for d in rows.x.shape[1:])
+    batches = ShuffledBatches(rows.x, rows.y, [shuffle_seed], recipe.batch_size)
+    augment = augmenter(recipe, input_shape, seed)
+    # Init and dropout draw from torch's global RNG: seeded for this model, restored after.
     with isolated_rng(device, init_seed), cpu_threads(num_threads):
-        module = build_model(recipe.architecture, input_shape, n_classes, **recipe.arch_params)
+        module = build_model(recipe.architecture, input_shape, rows.n_classes,
+                             **recipe.arch_params)  # fmt: skip
         module.to(device).train()
         optimizer = make_optimizer(recipe, list(module.parameters()))
-        bar = progress_bar(recipe.epochs, desc, "epoch", enabled=progress)
-        step = 0
-        with bar:
-            for epoch in range(recipe.epochs):
-                order = torch.randperm(n, generator=shuffler).to(device, non_blocking=True)
-                loss, lr = _train_epoch(
-                    module, optimizer, recipe, x, y, order, step, total_steps,
-                    augment, aug_generator, keep, snapshots,
-                )  # fmt: skip
-                step += steps_per_epoch
-                losses.append(loss)
-                bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.3g}")
-                bar.update(1)
-                if on_epoch_end is not None:
-                    on_epoch_end(EpochInfo(epoch + 1, recipe.epochs, loss, lr, module))
-                    module.train()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - start
-    module.eval()
-    return TrainedModel(
-        module=module,
-        recipe=recipe,
-        seed=int(seed),
-        train_seconds=seconds,
-        samples_per_second=n * recipe.epochs / seconds if seconds > 0 else float("inf"),
-        n_train=n,
-        num_classes=n_classes,
-        input_shape=input_shape,
-        losses=losses,
-        snapshots=snapshots,
-    )
+        result = train_loop(
+            PlainStrategy(module, optimizer, recipe, device), batches, recipe, len(rows.idx),
+            device, checkpoints=checkpoints, augment=augment, on_epoch_end=on_epoch_end,
+            progress=progress, desc=desc,
+        )  # fmt: skip
+    return result.model(0, module, recipe, seed, len(rows.idx), rows.n_classes, input_shape)

@@ -19,8 +19,11 @@ updates each slice as the per-model optimizer would. The cosine schedule is iden
 every model has the same number of steps. A BLAS that sums a batched product in another order
 than a single one would make the weights differ at float rounding level.
 
-Label smoothing enters the written-out loss gradient; checkpoints are copied out of the
-stacked weights at the same steps as ``train_model`` copies them. Only architectures in
+Training runs the one loop (:func:`miaudit.train.engine.train_loop`) with
+:class:`StackedStrategy`: the engine's batches hold each model's rows side by side, and one
+step is the written-out backward plus one optimizer step. Label smoothing enters the
+written-out loss gradient; checkpoints are copied out of the stacked weights at the same steps
+as ``train_model`` copies them. Only architectures in
 :data:`STACKABLE` (``mlp``, any width, activations in :data:`ACTIVATIONS`, no dropout: its masks
 come from torch's global RNG in an order only autograd's loop reproduces) are stacked;
 :func:`train_groups` trains the rest one by one.
@@ -28,9 +31,8 @@ come from torch's global RNG in an order only autograd's loop reproduces) are st
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -38,10 +40,10 @@ from torch import nn
 
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
-from miaudit.runtime.progress import progress_bar
 from miaudit.runtime.threads import cpu_threads
 from miaudit.train.checkpoints import CheckpointSpec
-from miaudit.train.common import TrainedModel, derive_seeds, isolated_rng, lr_at, make_optimizer
+from miaudit.train.common import TrainedModel, derive_seeds, isolated_rng, make_optimizer
+from miaudit.train.engine import ShuffledBatches, train_loop
 from miaudit.train.loop import train_model
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import ArrayLike, as_device_tensor, check_indices
@@ -159,6 +161,87 @@ class StackedMLP:
             module.head.bias.copy_(self.b2[k])
 
 
+class StackedStrategy:
+    """K models as one :class:`StackedMLP`: the written-out backward, then one optimizer step
+    over the stacked parameters. A batch holds each model's rows, model after model."""
+
+    module = None  # no single module: stacked training takes no epoch callbacks
+
+    def __init__(self, net: StackedMLP, recipe: Recipe, n_train: int, device: torch.device
+                 ) -> None:  # fmt: skip
+        self.net, self.n = net, n_train
+        self.models = int(net.w1.shape[0])
+        self.optimizer = make_optimizer(recipe, net.parameters())
+        self.total = torch.zeros(self.models, device=device)  # each model's summed loss
+
+    def step(self, xb: torch.Tensor, yb: torch.Tensor) -> None:
+        # forward_backward sets every .grad itself: no zero_grad needed
+        b = len(yb) // self.models
+        self.total.add_(self.net.forward_backward(xb.view(self.models, b, -1), yb).sum(1))
+        self.optimizer.step()
+
+    def epoch_losses(self) -> list[float]:
+        losses = (self.total / self.n).cpu().numpy()  # the one host-device sync per epoch
+        self.total.zero_()
+        return [float(v) for v in losses]
+
+    def snapshots(self) -> list[dict[str, torch.Tensor]]:
+        return self.net.state_dicts()
+
+    def resume(self) -> None:
+        pass
+
+
+class _Stack(NamedTuple):
+    """The data of a stacked run: shared once, each model's rows as ids into it."""
+
+    x: torch.Tensor  # float32 [N, features], flattened
+    y: torch.Tensor  # int64 [N]
+    members: torch.Tensor  # [K, n] sorted row ids of each model (CPU)
+    n_classes: int
+    input_shape: tuple[int, ...]  # one sample's shape before flattening
+
+
+def _stack_rows(
+    recipe: Recipe,
+    features: ArrayLike,
+    labels: ArrayLike,
+    index_sets: Sequence[ArrayLike],
+    seeds: Sequence[int],
+    device: torch.device,
+    num_classes: int | None,
+) -> _Stack:
+    """Check a stacked run's inputs (a stackable recipe, paired and equal-sized index sets,
+    labels in range) and put its data on ``device`` once."""
+    if not can_stack(recipe):
+        raise ConfigError(
+            f"recipe {recipe.architecture!r} {dict(recipe.arch_params)} cannot be trained "
+            f"stacked; stackable: {', '.join(STACKABLE)} with activation in "
+            f"{', '.join(ACTIVATIONS)}."
+        )
+    if len(index_sets) != len(seeds) or not seeds:
+        raise ConfigError(f"got {len(index_sets)} index sets and {len(seeds)} seeds; pair them.")
+    if len(features) != len(labels):
+        raise ConfigError(f"features has {len(features)} rows but labels has {len(labels)}.")
+    idx = [check_indices(i, len(features)) for i in index_sets]
+    if any(len(i) != len(idx[0]) for i in idx):
+        sizes = sorted({len(i) for i in idx})
+        raise ConfigError(f"stacked training needs equal training-set sizes, got {sizes}.")
+    n_classes = (int(labels.max()) + 1) if num_classes is None else int(num_classes)
+    # The data once, not once per model: each model's batch rows index the shared tensors.
+    x = as_device_tensor(features, device, torch.float32)
+    y = as_device_tensor(labels, device, torch.int64)
+    members = torch.as_tensor(np.stack(idx))
+    used = y.index_select(0, members.unique().to(y.device))
+    if int(used.min()) < 0 or int(used.max()) >= n_classes:
+        raise ConfigError(
+            f"training labels must lie in [0, {n_classes}) (num_classes), got range "
+            f"[{int(used.min())}, {int(used.max())}]; pass the right num_classes."
+        )
+    input_shape = tuple(int(d) for d in x.shape[1:])
+    return _Stack(x.reshape(len(x), -1), y, members, n_classes, input_shape)
+
+
 def train_stacked(
     recipe: Recipe,
     features: ArrayLike,
@@ -185,96 +268,30 @@ def train_stacked(
     ``train_seconds`` is its share (1/K) of the group's time, so its ``samples_per_second``
     is the group's throughput.
     """
-    if not can_stack(recipe):
-        raise ConfigError(
-            f"recipe {recipe.architecture!r} {dict(recipe.arch_params)} cannot be trained "
-            f"stacked; stackable: {', '.join(STACKABLE)} with activation in "
-            f"{', '.join(ACTIVATIONS)}."
-        )
-    if len(index_sets) != len(seeds) or not seeds:
-        raise ConfigError(f"got {len(index_sets)} index sets and {len(seeds)} seeds; pair them.")
     device = torch.device(device)
-    if len(features) != len(labels):
-        raise ConfigError(f"features has {len(features)} rows but labels has {len(labels)}.")
-    idx = [check_indices(i, len(features)) for i in index_sets]
-    n = len(idx[0])
-    if any(len(i) != n for i in idx):
-        sizes = sorted({len(i) for i in idx})
-        raise ConfigError(f"stacked training needs equal training-set sizes, got {sizes}.")
-    n_classes = (int(labels.max()) + 1) if num_classes is None else int(num_classes)
-    n_models = len(idx)
-    # The data once, not once per model: each model's batch rows index the shared tensors.
-    x = as_device_tensor(features, device, torch.float32)
-    y = as_device_tensor(labels, device, torch.int64)
-    input_shape = tuple(int(d) for d in x.shape[1:])
-    x = x.reshape(len(x), -1)
-    members = torch.as_tensor(np.stack(idx))  # [K, n] sorted rows of each model (CPU)
-    used = y.index_select(0, members.unique().to(y.device))
-    if int(used.min()) < 0 or int(used.max()) >= n_classes:
-        raise ConfigError(
-            f"training labels must lie in [0, {n_classes}) (num_classes), got range "
-            f"[{int(used.min())}, {int(used.max())}]; pass the right num_classes."
-        )
-
+    data = _stack_rows(recipe, features, labels, index_sets, seeds, device, num_classes)
+    n, k = int(data.members.shape[1]), len(seeds)
     split = [derive_seeds(s) for s in seeds]
     modules = []
-    for init_seed, _ in split:
+    for init_seed, _ in split:  # each model initialised as train_model initialises it
         with isolated_rng(device, init_seed):
-            module = build_model(recipe.architecture, input_shape, n_classes, **recipe.arch_params)
+            module = build_model(recipe.architecture, data.input_shape, data.n_classes,
+                                 **recipe.arch_params)  # fmt: skip
         modules.append(module.to(device))
-    shufflers = [torch.Generator(device="cpu").manual_seed(s) for _, s in split]
-
-    steps_per_epoch = math.ceil(n / recipe.batch_size)
-    total_steps = steps_per_epoch * recipe.epochs
-    keep = checkpoints.keep_steps(recipe, n) if checkpoints else set()
-    snapshots: list[dict[int, dict[str, torch.Tensor]]] = [{} for _ in range(n_models)]
-    losses = np.zeros((recipe.epochs, n_models))
-    label = desc or f"training {n_models} model{'s' if n_models > 1 else ''} (stacked)"
-    bar = progress_bar(recipe.epochs, label, "epoch", enabled=progress)
-    start = time.perf_counter()
-    with cpu_threads(num_threads), bar:
+    batches = ShuffledBatches(data.x, data.y, [s for _, s in split], recipe.batch_size,
+                              data.members)  # fmt: skip
+    with cpu_threads(num_threads):
         activation = recipe.arch_params.get("activation", "relu")
-        stacked = StackedMLP(modules, activation, recipe.label_smoothing)
-        optimizer = make_optimizer(recipe, stacked.parameters())
-        step = 0
-        for epoch in range(recipe.epochs):
-            order = torch.stack([torch.randperm(n, generator=g) for g in shufflers])
-            rows = members.gather(1, order).to(device, non_blocking=True)  # [K, n] into x, y
-            total = torch.zeros(n_models, device=device)
-            for lo in range(0, n, recipe.batch_size):
-                batch = rows[:, lo : lo + recipe.batch_size].reshape(-1)
-                b = batch.numel() // n_models
-                for group in optimizer.param_groups:
-                    group["lr"] = lr_at(recipe, step, total_steps)
-                xb = x.index_select(0, batch).view(n_models, b, -1)
-                total.add_(stacked.forward_backward(xb, y.index_select(0, batch)).sum(1))
-                optimizer.step()
-                step += 1
-                if step in keep:
-                    for k, state in enumerate(stacked.state_dicts()):
-                        snapshots[k][step] = state
-            losses[epoch] = (total / n).cpu().numpy()  # the one host-device sync per epoch
-            bar.set_postfix(loss=f"{losses[epoch].mean():.4f}", refresh=False)
-            bar.update(1)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - start
-    stacked.unstack_into(modules)
-    share = seconds / n_models
+        net = StackedMLP(modules, activation, recipe.label_smoothing)
+        result = train_loop(
+            StackedStrategy(net, recipe, n, device), batches, recipe, n, device,
+            checkpoints=checkpoints, progress=progress,
+            desc=desc or f"training {k} model{'s' if k > 1 else ''} (stacked)",
+        )  # fmt: skip
+    net.unstack_into(modules)
     return [
-        TrainedModel(
-            module=module.eval(),
-            recipe=recipe,
-            seed=int(seed),
-            train_seconds=share,
-            samples_per_second=n * recipe.epochs / share if share > 0 else float("inf"),
-            n_train=n,
-            num_classes=n_classes,
-            input_shape=input_shape,
-            losses=[float(v) for v in losses[:, k]],
-            snapshots=snapshots[k],
-        )
-        for k, (module, seed) in enumerate(zip(modules, seeds, strict=True))
+        result.model(j, module, recipe, seed, n, data.n_classes, data.input_shape)
+        for j, (module, seed) in enumerate(zip(modules, seeds, strict=True))
     ]
 
 

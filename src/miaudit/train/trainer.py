@@ -1,8 +1,10 @@
 """Which trainer trains a design's models: stacked groups of equal-sized jobs (``stacked``),
 fanned out over worker processes on CPU (``parallel``), else one by one (``loop``).
 
+Every path runs the one training loop (:mod:`miaudit.train.engine`) with its own strategy.
 Re-exports the training API (``train_model``, ``TrainedModel``, ...) so callers import one
-module; the trainers themselves import only the layers below them (``base``, ``loop``).
+module; the trainers themselves import only the layers below them (``common``, ``engine``,
+``loop``).
 """
 
 from __future__ import annotations
@@ -63,6 +65,16 @@ log = logging.getLogger(__name__)
 MAX_STACK = 10
 
 
+def _worker_count(workers: int | None, on_cpu: bool, samples: int, models: int) -> int:
+    """Training processes: as asked (checked), ``parallel.default_workers`` for ``None``; 1 off
+    the CPU (a GPU trains in this process)."""
+    if workers is None:
+        workers = parallel.default_workers(samples, models) if on_cpu else 1
+    if int(workers) < 1:
+        raise ConfigError(f"workers must be >= 1 or None, got {workers}.")
+    return int(workers) if on_cpu else 1
+
+
 def train_models(
     recipe: Recipe,
     features: ArrayLike,
@@ -107,11 +119,7 @@ def train_models(
     n_classes = infer_num_classes(y) if num_classes is None else int(num_classes)
     sizes = [len(check_indices(i, len(x))) for i in index_sets]
     threads = (1 if on_cpu else None) if num_threads is None else int(num_threads)
-    if workers is None:
-        workers = parallel.default_workers(sum(sizes) * recipe.epochs, len(seeds)) if on_cpu else 1
-    if int(workers) < 1:
-        raise ConfigError(f"workers must be >= 1 or None, got {workers}.")
-    workers = int(workers) if on_cpu else 1
+    workers = _worker_count(workers, on_cpu, sum(sizes) * recipe.epochs, len(seeds))
     groups = stacked.plan_groups(sizes, stacked.can_stack(recipe), max_stack, workers)
     results: list[TrainedModel | None] = [None] * len(seeds)
     # One group shows its own epoch bar; a models-done bar over it would say nothing more.
