@@ -9,15 +9,13 @@ the bank as extra models that are OUT for every audit sample.
 from __future__ import annotations
 
 import copy
-import math
-import time
 
-import numpy as np
 import torch
 
 from miaudit.runtime.threads import cpu_threads
 from miaudit.train.common import TrainedModel, derive_seeds, make_optimizer
-from miaudit.train.loop import _train_epoch
+from miaudit.train.engine import ShuffledBatches, train_loop
+from miaudit.train.loop import PlainStrategy
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import ArrayLike, training_rows
 
@@ -43,31 +41,12 @@ def forget(
         )
     device = torch.device(device)
     rows = training_rows(features, labels, public_rows, device, target.num_classes)
-    idx, x, y = rows.idx, rows.x, rows.y
     module = copy.deepcopy(target.module).to(device).train()
     optimizer = make_optimizer(recipe, list(module.parameters()))
-    shuffler = torch.Generator(device="cpu").manual_seed(derive_seeds(seed)[1])
-    steps_per_epoch = math.ceil(len(idx) / recipe.batch_size)
-    total_steps = steps_per_epoch * recipe.epochs
-    losses = []
-    start = time.perf_counter()
-    step = 0
+    # one model's rows, shuffled by its own generator: the loop every trainer uses
+    batches = ShuffledBatches(rows.x, rows.y, [derive_seeds(seed)[1]], recipe.batch_size)
     with cpu_threads(1 if device.type == "cpu" else None):  # as train_models, measured there
-        for _ in range(recipe.epochs):
-            order = torch.randperm(len(idx), generator=shuffler).to(device)
-            loss, _ = _train_epoch(module, optimizer, recipe, x, y, order, step, total_steps)
-            losses.append(loss)
-            step += steps_per_epoch
-    seconds = time.perf_counter() - start
-    module.eval()
-    return TrainedModel(
-        module=module,
-        recipe=recipe,
-        seed=int(seed),
-        train_seconds=seconds,
-        samples_per_second=len(idx) * recipe.epochs / seconds if seconds > 0 else float("inf"),
-        n_train=int(np.asarray(idx).size),
-        num_classes=target.num_classes,
-        input_shape=target.input_shape,
-        losses=losses,
-    )
+        result = train_loop(PlainStrategy(module, optimizer, recipe, device), batches, recipe,
+                            len(rows.idx), device)
+    return result.model(0, module, recipe, seed, len(rows.idx), target.num_classes,
+                        target.input_shape)

@@ -16,7 +16,7 @@ from miaudit.errors import ConfigError
 from miaudit.models import build_model
 from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
 from miaudit.runtime.threads import cpu_threads
-from miaudit.train import dp, engine
+from miaudit.train import dp
 from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.common import (
     EpochCallback,
@@ -26,7 +26,7 @@ from miaudit.train.common import (
     make_optimizer,
     snapshot,
 )
-from miaudit.train.engine import ShuffledBatches, augmenter, index_batches, train_loop
+from miaudit.train.engine import ShuffledBatches, augmenter, train_loop
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import ArrayLike, training_rows
 
@@ -81,25 +81,6 @@ class PlainStrategy:
 
     def resume(self) -> None:
         self.module.train()
-
-
-def _train_epoch(
-    module: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    recipe: Recipe,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    order: torch.Tensor,
-    step: int,
-    total_steps: int,
-) -> tuple[float, float]:
-    """One epoch of ``module`` over rows ``order`` of ``x``/``y`` from step ``step`` of
-    ``total_steps``, by the loop's own epoch (:func:`engine.run_epoch`); the mean loss and the
-    last step's learning rate. For callers with a module of their own (forgetting copies)."""
-    strategy = PlainStrategy(module, optimizer, recipe, x.device)
-    batches = index_batches(x, y, order, recipe.batch_size)
-    _, lr = engine.run_epoch(strategy, batches, recipe, step, total_steps)
-    return strategy.epoch_losses()[0], lr
 
 
 def _check_dp_supported(recipe: Recipe) -> None:
