@@ -72,6 +72,9 @@ NOT_TRAINER_CODE: dict[str, str] = {
     "miaudit.train.model_cache":
         "storage only: a change to what it stores or how bumps CACHE_FORMAT",
     "miaudit.train.ledger": "counts models planned and stored",
+    "miaudit.train.cluster": "Ray transport only: ships parallel's group task (trained by "
+                             "parallel.train_group, threads chosen in trainer) and the weights "
+                             "back losslessly (safetensors); workers check the trainer digest",
     "miaudit.runtime.threads": "sets a thread count; the counts are chosen in trainer and parallel",
     "miaudit.runtime.progress": "progress bars",
     "miaudit.errors": "exception types",

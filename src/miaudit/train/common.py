@@ -48,6 +48,11 @@ class TrainedModel:
     snapshots: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict, repr=False)
     # ... and, once the cache has made them models, {label (e.g. "epoch5"): model}.
     checkpoints: dict[str, TrainedModel] = field(default_factory=dict, repr=False)
+    # Where it trained: "local" (this machine), a Ray node id, or "cache" (loaded, not trained
+    # by this run); the device it trained on ("cpu", "cuda", ...). None: not recorded.
+    node: str | None = None
+    device: str | None = None
+    cache_key: str | None = None  # its model cache entry, once stored or loaded
 
 
 @dataclass(frozen=True)

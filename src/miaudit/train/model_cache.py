@@ -42,6 +42,7 @@ from miaudit.train.checkpoints import (
     steps_per_epoch,
     total_steps,
 )
+from miaudit.train.cluster import Compute, RayTrainingError
 from miaudit.train.ledger import training_ledger
 from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import ArrayLike, TrainedModel
@@ -167,12 +168,16 @@ class ModelCache:
         workers: int | None = None,
         max_stack: int = trainer.MAX_STACK,
         checkpoints: CheckpointSpec | None = None,
+        compute: Compute | None = None,
     ) -> list[TrainedModel]:
         """The cached model of each ``(indices, seed)`` job, training all misses together.
 
         Hits are loaded; the misses are trained in one ``trainer.train_models`` call (stacked,
         and fanned out over processes on CPU; ``num_threads``, ``workers`` and ``max_stack``
-        go to it) and each is stored as it would be by :meth:`get_or_train`, under the same
+        go to it; ``compute``: on a Ray cluster instead, see :mod:`miaudit.train.cluster`: only
+        the misses are sent, and this process stores what comes back; a model that fails
+        there raises :class:`~miaudit.train.cluster.RayTrainingError` naming its key) and
+        each is stored as it would be by :meth:`get_or_train`, under the same
         key, so either entry point finds the other's models. Each is stored the moment it is
         complete (a stack's models when the stack finishes), so an interrupted call keeps what
         finished (``stats.stored``, :func:`training_ledger`). Jobs with the same key (same
@@ -217,37 +222,39 @@ class ModelCache:
 
             def store(i: int, model: TrainedModel) -> None:
                 key, (indices, _, j) = todo[i]
-                model.module.to(device)
-                # Checkpoints first, the run's own entry last: a run entry (what a rerun looks
-                # up first) then exists only once all of its checkpoints do.
-                for label, step in positions[j].items():
-                    kept = self._checkpoint(model, step, device)
-                    if kept is not model:
-                        self._store(checkpoint_key(key, step), kept, dataset_fingerprint,
-                                    indices, run_key=key)  # fmt: skip
-                    model.checkpoints[label] = kept
-                self._store(key, model, dataset_fingerprint, indices)
-                self.stats.stored += 1
-                training_ledger().stored += 1
-                model.snapshots = {}  # now in the checkpoint models
+                self._store_run(key, model, dataset_fingerprint, indices, positions[j], device)
                 found[key] = model
 
-            trainer.train_models(
-                recipe,
-                features,
-                labels,
-                [indices for _, (indices, _, _) in todo],
-                [seed for _, (_, seed, _) in todo],
-                device,
-                num_classes=n_classes,
-                progress=progress,
-                num_threads=num_threads,
-                workers=workers,
-                max_stack=max_stack,
-                checkpoints=checkpoints,
-                on_model=store,
-            )
+            try:
+                trainer.train_models(
+                    recipe, features, labels, [job[0] for _, job in todo],
+                    [job[1] for _, job in todo], device, num_classes=n_classes,
+                    progress=progress, num_threads=num_threads, workers=workers,
+                    max_stack=max_stack, checkpoints=checkpoints, on_model=store,
+                    compute=compute,
+                )  # fmt: skip
+            except RayTrainingError as exc:
+                raise exc.with_keys([key for key, _ in todo]) from exc
         return [found[key] for key in keys]
+
+    def _store_run(
+        self, key: str, model: TrainedModel, dataset_fingerprint: str, indices: ArrayLike,
+        positions: dict[str, int], device: str | torch.device,
+    ) -> None:  # fmt: skip
+        """Store a run's model just trained, with its checkpoints at ``positions``."""
+        model.module.to(device)
+        # Checkpoints first, the run's own entry last: a run entry (what a rerun looks up
+        # first) then exists only once all of its checkpoints do.
+        for label, step in positions.items():
+            kept = self._checkpoint(model, step, device)
+            if kept is not model:
+                self._store(checkpoint_key(key, step), kept, dataset_fingerprint, indices,
+                            run_key=key)  # fmt: skip
+            model.checkpoints[label] = kept
+        self._store(key, model, dataset_fingerprint, indices)
+        self.stats.stored += 1
+        training_ledger().stored += 1
+        model.snapshots = {}  # now in the checkpoint models
 
     @staticmethod
     def _checkpoint(model: TrainedModel, step: int, device: str | torch.device) -> TrainedModel:
@@ -372,6 +379,9 @@ class ModelCache:
         module.to(device).eval()
         return TrainedModel(
             module=module,
+            node="cache",
+            device=torch.device(device).type,
+            cache_key=key,
             recipe=recipe,
             seed=int(seed),
             train_seconds=float(meta.get("train_seconds", 0.0)),
@@ -416,9 +426,11 @@ class ModelCache:
             "weights_sha256": digest,
             "checkpoint_step": model.step,  # None: the run's final model
             "checkpoint_of": run_key,
+            "trained_on": {"node": model.node, "device": model.device},  # for the record
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         write_json(self.meta_path(key), meta)
+        model.cache_key = key
 
 
 def forgetting_key(

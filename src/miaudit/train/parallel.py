@@ -7,6 +7,10 @@ group with one thread, use every core. Workers are started with ``spawn`` (never
 forked child of a process that has used OpenMP can deadlock), receive the data once, and send
 back state dicts as numpy arrays; the parent rebuilds ordinary modules from them, so the
 models are exactly those an in-process run would train.
+
+The group task (:func:`group_task`, :func:`train_group`) and the rebuild (:func:`rebuild`) are
+shared with the Ray path (:mod:`miaudit.train.cluster`), which ships the same task to a
+cluster's workers: one worker-side training code for both.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,6 +49,7 @@ def default_workers(samples: int, models: int) -> int:
         return 1
     return max(1, min(usable_cpus(), models))
 
+
 _DATA: dict[str, Any] = {}  # each worker's copy of the features and labels
 
 
@@ -62,34 +67,75 @@ def _init_worker(features: np.ndarray, labels: np.ndarray, num_threads: int) -> 
     _DATA["y"] = torch.from_numpy(labels)
 
 
-def _train_group(task: dict[str, Any]) -> list[dict[str, Any]]:
-    """Train one group in a worker; the models as plain data (numpy state dicts)."""
-    recipe = Recipe.from_dict(task["recipe"])
-    models = train_groups(
-        recipe,
-        _DATA["x"],
-        _DATA["y"],
+def group_task(
+    recipe: Recipe,
+    index_sets: Sequence[Any],
+    seeds: Sequence[int],
+    group: Sequence[int],
+    num_classes: int,
+    checkpoints: CheckpointSpec | None,
+    num_threads: int | None = None,
+) -> dict[str, Any]:
+    """One group of jobs (indices into ``index_sets``/``seeds``) as plain data for a worker:
+    what :func:`train_group` trains. ``num_threads``: intra-op threads for a worker that has
+    not set them (``None``: leave them as they are)."""
+    return {
+        "recipe": recipe.to_dict(),
+        "index_sets": [np.asarray(index_sets[j]) for j in group],
+        "seeds": [int(seeds[j]) for j in group],
+        "num_classes": int(num_classes),
+        "checkpoints": checkpoints.to_dict() if checkpoints else None,
+        "num_threads": num_threads,
+    }
+
+
+def train_group(
+    task: Mapping[str, Any],
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    device: str | torch.device = "cpu",
+) -> list[TrainedModel]:
+    """Train one :func:`group_task` in this (worker) process, stacked where the recipe
+    stacks: the models an in-process ``train_models`` call trains for those jobs."""
+    checkpoints = task["checkpoints"]
+    return train_groups(
+        Recipe.from_dict(task["recipe"]),
+        features,
+        labels,
         task["index_sets"],
         task["seeds"],
         [list(range(len(task["seeds"])))],
-        "cpu",
+        device,
         task["num_classes"],
-        num_threads=None,  # set once by the initializer
-        checkpoints=CheckpointSpec(**task["checkpoints"]) if task["checkpoints"] else None,
+        num_threads=task.get("num_threads"),
+        checkpoints=CheckpointSpec(**checkpoints) if checkpoints else None,
     )
+
+
+def _train_group(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Train one group in a pool worker; the models as plain data (numpy state dicts)."""
+    models = train_group(task, _DATA["x"], _DATA["y"])  # threads: set by the initializer
     return [_to_plain(m) for m in models]
 
 
-def _to_plain(model: TrainedModel) -> dict[str, Any]:
+def model_fields(model: TrainedModel) -> dict[str, Any]:
+    """What a worker sends back of a model besides its weights (plain data)."""
     return {
-        "state": {k: v.detach().cpu().numpy() for k, v in model.module.state_dict().items()},
         "seed": model.seed,
         "train_seconds": model.train_seconds,
         "samples_per_second": model.samples_per_second,
         "n_train": model.n_train,
         "num_classes": model.num_classes,
-        "input_shape": model.input_shape,
-        "losses": model.losses,
+        "input_shape": list(model.input_shape),
+        "losses": list(model.losses),
+        "privacy": model.privacy,  # DP-SGD models: their accounting
+    }
+
+
+def _to_plain(model: TrainedModel) -> dict[str, Any]:
+    return {
+        **model_fields(model),
+        "state": {k: v.detach().cpu().numpy() for k, v in model.module.state_dict().items()},
         "snapshots": {
             step: {k: v.numpy() for k, v in state.items()}
             for step, state in model.snapshots.items()
@@ -97,27 +143,48 @@ def _to_plain(model: TrainedModel) -> dict[str, Any]:
     }
 
 
-def _from_plain(plain: dict[str, Any], recipe: Recipe, device: torch.device) -> TrainedModel:
+def rebuild(
+    fields: Mapping[str, Any],
+    state: Mapping[str, torch.Tensor],
+    snapshots: Mapping[int, Mapping[str, torch.Tensor]],
+    recipe: Recipe,
+    device: torch.device,
+    *,
+    node: str = "local",
+    trained_on: str = "cpu",
+) -> TrainedModel:
+    """A worker's model (:func:`model_fields`, its state dict and snapshots) as an ordinary
+    module on ``device``, as ``build_model`` makes it; ``node``/``trained_on``: where it
+    trained (``TrainedModel.node``/``device``)."""
     with isolated_rng(torch.device("cpu"), 0):  # leave the caller's RNG alone
         module = build_model(
-            recipe.architecture, plain["input_shape"], plain["num_classes"], **recipe.arch_params
-        )
-    module.load_state_dict({k: torch.from_numpy(v) for k, v in plain["state"].items()})
+            recipe.architecture, tuple(fields["input_shape"]), fields["num_classes"],
+            **recipe.arch_params,
+        )  # fmt: skip
+    module.load_state_dict(dict(state))
     return TrainedModel(
         module=module.to(device).eval(),
         recipe=recipe,
-        seed=plain["seed"],
-        train_seconds=plain["train_seconds"],
-        samples_per_second=plain["samples_per_second"],
-        n_train=plain["n_train"],
-        num_classes=plain["num_classes"],
-        input_shape=tuple(plain["input_shape"]),
-        losses=list(plain["losses"]),
-        snapshots={
-            int(step): {k: torch.from_numpy(v) for k, v in state.items()}
-            for step, state in plain["snapshots"].items()
-        },
+        seed=fields["seed"],
+        train_seconds=fields["train_seconds"],
+        samples_per_second=fields["samples_per_second"],
+        n_train=fields["n_train"],
+        num_classes=fields["num_classes"],
+        input_shape=tuple(fields["input_shape"]),
+        losses=list(fields["losses"]),
+        privacy=fields.get("privacy"),
+        snapshots={int(step): dict(s) for step, s in snapshots.items()},
+        node=node,
+        device=trained_on,
     )
+
+
+def _from_plain(plain: dict[str, Any], recipe: Recipe, device: torch.device) -> TrainedModel:
+    def tensors(state: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        return {k: torch.from_numpy(v) for k, v in state.items()}
+
+    snapshots = {step: tensors(state) for step, state in plain["snapshots"].items()}
+    return rebuild(plain, tensors(plain["state"]), snapshots, recipe, device)
 
 
 def train_groups_in_workers(
@@ -155,13 +222,7 @@ def train_groups_in_workers(
         futures = {
             pool.submit(
                 _train_group,
-                {
-                    "recipe": recipe.to_dict(),
-                    "index_sets": [np.asarray(index_sets[j]) for j in group],
-                    "seeds": [int(seeds[j]) for j in group],
-                    "num_classes": num_classes,
-                    "checkpoints": checkpoints.to_dict() if checkpoints else None,
-                },
+                group_task(recipe, index_sets, seeds, group, num_classes, checkpoints),
             ): group
             for group in groups
         }

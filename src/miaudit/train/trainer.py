@@ -1,5 +1,6 @@
 """Which trainer trains a design's models: stacked groups of equal-sized jobs (``stacked``),
-fanned out over worker processes on CPU (``parallel``), else one by one (``loop``).
+fanned out over worker processes on CPU (``parallel``) or over a Ray cluster (``cluster``,
+when ``compute`` says so), else one by one (``loop``).
 
 Every path runs the one training loop (:mod:`miaudit.train.engine`) with its own strategy.
 Re-exports the training API (``train_model``, ``TrainedModel``, ...) so callers import one
@@ -10,7 +11,7 @@ module; the trainers themselves import only the layers below them (``common``, `
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 
 import torch
@@ -18,8 +19,9 @@ import torch
 from miaudit.errors import ConfigError
 from miaudit.runtime.progress import progress_bar
 from miaudit.runtime.threads import cpu_threads  # noqa: F401  (re-exported)
-from miaudit.train import parallel, stacked
+from miaudit.train import cluster, parallel, stacked
 from miaudit.train.checkpoints import CheckpointSpec
+from miaudit.train.cluster import Compute
 from miaudit.train.common import (  # noqa: F401  (re-exported: trainer.TrainedModel, ...)
     EpochCallback,
     EpochInfo,
@@ -90,6 +92,7 @@ def train_models(
     max_stack: int = MAX_STACK,
     checkpoints: CheckpointSpec | None = None,
     on_model: ModelCallback | None = None,
+    compute: Compute | None = None,
 ) -> list[TrainedModel]:
     """Train one model per (index set, seed) pair: the same models as ``train_model`` calls.
 
@@ -102,10 +105,16 @@ def train_models(
     time (still with the stacked path's written-out backward where it applies).
     ``checkpoints`` as for ``train_model`` (each model's ``snapshots``).
 
+    ``compute`` (:class:`~miaudit.train.cluster.Compute`; ``None`` or ``executor="local"``:
+    this machine, as above): with ``executor="ray"`` the groups are Ray tasks instead, split
+    until every task slot of the cluster has one (``workers`` is not used; ``num_threads``
+    as on CPU here; the models come back to ``device``). See :mod:`miaudit.train.cluster`.
+
     ``on_model(j, model)`` (optional) runs in this process the moment job ``j``'s model is
     complete: a stacked group's models when the group finishes (before the next group starts
     in this process), a worker's as its result arrives. The cache stores each model there, so
-    an interrupted run keeps every model that finished.
+    an interrupted run keeps every model that finished. Each model's ``node`` and ``device``
+    say where it trained (``"local"`` here, else a Ray node id).
 
     Progress (``progress``, see :mod:`miaudit.runtime.progress`): a bar of models done when there is
     more than one group, and in this process each group's epochs.
@@ -113,6 +122,36 @@ def train_models(
     if len(index_sets) != len(seeds):
         raise ConfigError(f"got {len(index_sets)} index sets but {len(seeds)} seeds; pair them.")
     device = torch.device(device)
+    results: list[TrainedModel | None] = [None] * len(seeds)
+
+    def group_done(group: Sequence[int], models: Sequence[TrainedModel]) -> None:
+        for j, model in zip(group, models, strict=True):
+            if model.node is None:  # trained in this process
+                model.node, model.device = "local", device.type
+            results[j] = model
+            if on_model is not None:
+                on_model(j, model)
+
+    jobs = (recipe, features, labels, index_sets, seeds, device, num_classes, progress,
+            num_threads, max_stack, checkpoints)  # fmt: skip
+    if compute is not None and compute.uses_ray:
+        _train_on_ray(*jobs, compute, group_done)
+    else:
+        _train_here(*jobs, workers, group_done)
+    assert all(m is not None for m in results)
+    return results  # type: ignore[return-value]
+
+
+GroupDone = Callable[[Sequence[int], Sequence[TrainedModel]], None]
+
+
+def _train_here(
+    recipe: Recipe, features: ArrayLike, labels: ArrayLike, index_sets: Sequence[ArrayLike],
+    seeds: Sequence[int], device: torch.device, num_classes: int | None, progress: bool,
+    num_threads: int | None, max_stack: int, checkpoints: CheckpointSpec | None,
+    workers: int | None, group_done: GroupDone,
+) -> None:  # fmt: skip
+    """``train_models`` on this machine: in this process or in worker processes."""
     on_cpu = device.type == "cpu"
     x = as_device_tensor(features, device, torch.float32)
     y = as_device_tensor(labels, device, torch.int64)
@@ -121,16 +160,14 @@ def train_models(
     threads = (1 if on_cpu else None) if num_threads is None else int(num_threads)
     workers = _worker_count(workers, on_cpu, sum(sizes) * recipe.epochs, len(seeds))
     groups = stacked.plan_groups(sizes, stacked.can_stack(recipe), max_stack, workers)
-    results: list[TrainedModel | None] = [None] * len(seeds)
+    done: set[int] = set()
     # One group shows its own epoch bar; a models-done bar over it would say nothing more.
     bar = progress_bar(len(seeds), f"training {len(seeds)} models", "model",
                        enabled=progress and len(groups) > 1)  # fmt: skip
 
-    def group_done(group: Sequence[int], models: Sequence[TrainedModel]) -> None:
-        for j, model in zip(group, models, strict=True):
-            results[j] = model
-            if on_model is not None:
-                on_model(j, model)
+    def finished(group: Sequence[int], models: Sequence[TrainedModel]) -> None:
+        group_done(group, models)
+        done.update(group)
         bar.update(len(group))
 
     with bar:
@@ -138,18 +175,46 @@ def train_models(
             try:
                 parallel.train_groups_in_workers(
                     recipe, x, y, index_sets, seeds, groups, n_classes,
-                    min(workers, len(groups)), threads or 1, on_group=group_done,
+                    min(workers, len(groups)), threads or 1, on_group=finished,
                     checkpoints=checkpoints,
                 )  # fmt: skip
             except BrokenProcessPool as exc:
                 log.warning("worker processes failed (%s); training in this process", exc)
         # Groups the workers finished are kept (and were handed to on_model): train the rest.
-        todo = [g for g in groups if any(results[j] is None for j in g)]
+        todo = [g for g in groups if any(j not in done for j in g)]
         if todo:
             stacked.train_groups(
                 recipe, x, y, index_sets, seeds, todo, device, n_classes,
-                progress=progress, num_threads=threads, on_group=group_done,
+                progress=progress, num_threads=threads, on_group=finished,
                 checkpoints=checkpoints,
             )  # fmt: skip
-    assert all(m is not None for m in results)
-    return results  # type: ignore[return-value]
+
+
+def _train_on_ray(
+    recipe: Recipe, features: ArrayLike, labels: ArrayLike, index_sets: Sequence[ArrayLike],
+    seeds: Sequence[int], device: torch.device, num_classes: int | None, progress: bool,
+    num_threads: int | None, max_stack: int, checkpoints: CheckpointSpec | None,
+    compute: Compute, group_done: GroupDone,
+) -> None:  # fmt: skip
+    """``train_models`` as Ray tasks (:mod:`miaudit.train.cluster`): the data on the CPU here
+    (it goes to the cluster once), the groups split over the cluster's task slots."""
+    x = as_device_tensor(features, "cpu", torch.float32)
+    y = as_device_tensor(labels, "cpu", torch.int64)
+    n_classes = infer_num_classes(y) if num_classes is None else int(num_classes)
+    sizes = [len(check_indices(i, len(x))) for i in index_sets]
+    threads = 1 if num_threads is None else int(num_threads)
+    with cluster.ray_session(compute) as ray:
+        slots = cluster.task_slots(ray, compute)
+        groups = stacked.plan_groups(sizes, stacked.can_stack(recipe), max_stack, slots)
+        bar = progress_bar(len(seeds), f"training {len(seeds)} models on Ray", "model",
+                           enabled=progress)  # fmt: skip
+
+        def finished(group: Sequence[int], models: Sequence[TrainedModel]) -> None:
+            group_done(group, models)
+            bar.update(len(group))
+
+        with bar:
+            cluster.train_groups_on_ray(
+                ray, recipe, x, y, index_sets, seeds, groups, n_classes, compute,
+                num_threads=threads, device=device, on_group=finished, checkpoints=checkpoints,
+            )  # fmt: skip
