@@ -81,16 +81,14 @@ def measure(
                                    thresholds=threshold, progress=False)
             outcome = result.outcomes[0]
             m, cost = outcome.metrics, outcome.cost
-            tpr = m["tpr_at_fpr"]
             row = {
                 "seed": seed, "attack": name, "scorer_seed": scorer_seed,
-                "score_s": cost["score_seconds"],
-                "threshold_s": cost.get("threshold_seconds"),
-                "auc": m["auc"],
-                "tpr_0.1%": tpr[next(k for k in tpr if k.startswith("0.001"))],
-                "tpr_1%": tpr[next(k for k in tpr if k.startswith("0.01"))],
-                "threshold": m.get("threshold"),
-                "balanced_accuracy": m.get("balanced_accuracy"),
+                "score_s": cost.score_seconds,
+                "threshold_s": cost.threshold_seconds,
+                "auc": m.auc,
+                **m.tpr_columns(metric_cfg.fprs),  # tpr@0.001, tpr@0.01
+                "threshold": m.threshold,
+                "balanced_accuracy": m.balanced_accuracy,
             }
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -16,8 +16,8 @@ Paths covered: the plain loop (mlp; Adam with label smoothing and checkpoints; d
 draws from torch's global RNG while training), a CNN with augmentation, checkpoints and an epoch
 callback, a causal LM (next-token loss), DP-SGD (Opacus: Poisson sampling, noise, accounting,
 checkpoints), stacked groups (``train_stacked``, and ``train_models`` with mixed sizes, an
-unstackable recipe and two worker processes) and forgetting copies (``forget``, which reuses
-the loop's epoch). One intra-op thread throughout, so the CPU's summation order is fixed.
+unstackable recipe and two worker processes) and forgetting copies (``forget``, trained by
+the same loop). One intra-op thread throughout, so the CPU's summation order is fixed.
 About a minute on one core.
 """
 

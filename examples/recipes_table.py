@@ -24,6 +24,7 @@ from typing import Any
 
 from miaudit.config import RunConfig, load_config
 from miaudit.pipeline import run
+from miaudit.records.outcomes import AttackMetrics
 
 HERE = Path(__file__).resolve().parent
 ATTACK = "lira-offline-fixed-variance"
@@ -33,12 +34,12 @@ def pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.2f}%"
 
 
-def cells(metrics: dict[str, Any]) -> list[str]:
+def cells(metrics: AttackMetrics) -> list[str]:
     """AUC, TPR@0.1% [CI], TPR@1% [CI] of one attack's metrics."""
-    out = [f"{metrics['auc']:.3f}"]
-    for key in ("0.001", "0.01"):
-        lo, hi = metrics["tpr_at_fpr_ci"][key]
-        out.append(f"{pct(metrics['tpr_at_fpr'][key])} [{pct(lo)}, {pct(hi)}]")
+    out = [f"{metrics.auc:.3f}"]
+    for fpr in (0.001, 0.01):
+        figure = metrics.tpr_at(fpr)
+        out.append(f"{pct(figure.tpr)} [{pct(figure.ci_low)}, {pct(figure.ci_high)}]")
     return out
 
 
@@ -91,7 +92,7 @@ def checkpoints_table(out: Path) -> str:
     for row in result.meta["checkpoints"]:
         lira = row["attacks"][ATTACK]
         rows.append([row["checkpoint"], f"{row['epoch']:g}", f"{row['train_acc']:.3f}",
-                     f"{row['test_acc']:.3f}", *cells(lira)])
+                     f"{row['test_acc']:.3f}", *cells(AttackMetrics.from_dict(lira))])
     return table(["checkpoint", "epoch"], rows) + footer(result)
 
 

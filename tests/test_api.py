@@ -48,7 +48,7 @@ def _without_seconds(doc: dict) -> dict:
 
 
 def _document(result: AuditResult) -> dict:
-    return {o.name: {**o.metrics, "cost": o.cost} for o in result.outcomes}
+    return {o.name: o.metrics_entry() for o in result.outcomes}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_the_readme_example_runs(readme):
     frame = readme["tpr"]
     assert list(frame.attack) == ATTACKS
     for _, row in frame.iterrows():
-        assert row.value == result.outcome(row.attack).metrics["tpr_at_fpr"]["0.01"]
+        assert row.value == result.outcome(row.attack).metrics.tpr_at(0.01).tpr
     printed = readme["printed"]
     assert all(name in printed for name in ATTACKS)
     assert f"strongest: {miaudit.strongest(result).name}" in printed
@@ -124,7 +124,7 @@ def test_strongest_and_ranked_follow_the_reports_ranking(readme):
     assert [o.name for o in miaudit.ranked(result)] == [o.name for o in order]
     assert miaudit.strongest(result) is order[0]
     # the attack the verdict names is the strongest
-    assert miaudit.strongest(result).name == result.meta["verdict"]["attack"]
+    assert miaudit.strongest(result).name == result.meta["verdict"].attack
     assert miaudit.strongest(AuditResult(result.indices, result.members, [])) is None
 
 

@@ -193,3 +193,46 @@ def test_run_command_fails_fast_on_an_untrainable_recipe(tmp_path, capsys):
     assert "recipe.epochs is 0, which cannot train a model" in err
     assert "Set recipe.epochs to 1 or more" in err
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+# --- renamed keys: the old spelling works for one release, with a warning ----------------
+
+def test_dataset_data_dir_is_now_top_level_data_dir(tmp_path):
+    from miaudit.config import RUN_RENAMED
+
+    assert RUN_RENAMED == {"dataset.data_dir": "data_dir"}
+    assert config_from_dict({"data_dir": "d"}).data_dir == "d"
+    with pytest.warns(FutureWarning, match=r"`dataset.data_dir` is now `data_dir`"):
+        cfg = config_from_dict({"dataset": {"name": "digits", "data_dir": "old"}})
+    assert cfg.data_dir == "old" and cfg.dataset.name == "digits"
+    assert "data_dir" not in cfg.to_dict()["dataset"]  # config.yaml spells it the new way
+    path = tmp_path / "c.yaml"
+    path.write_text("dataset: {name: digits, data_dir: fromfile}\n")
+    with pytest.warns(FutureWarning, match=r"`dataset.data_dir` is now `data_dir`"):
+        loaded = load_config(path)
+    assert loaded.data_dir == "fromfile"
+    again = tmp_path / "again.yaml"
+    again.write_text(dump_config(loaded))  # the dump reloads without a warning
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_config(again).data_dir == "fromfile"
+
+
+def test_renamed_key_given_twice_or_misspelt_is_refused():
+    with pytest.raises(ConfigError, match=r"gives both 'data_dir' and 'dataset.data_dir'"):
+        config_from_dict({"data_dir": "a", "dataset": {"data_dir": "b"}})
+    with pytest.raises(ConfigError, match=r"unknown key 'dataset.data_dri'.*Did you mean "
+                                          r"'data_dir' \(formerly 'dataset.data_dir'\)"):
+        config_from_dict({"dataset": {"data_dri": "d"}})
+    with pytest.raises(ConfigError, match=r"unknown key 'data_dri'.*Did you mean 'data_dir'"):
+        config_from_dict({"data_dri": "d"})
+
+
+def test_signals_typos_are_refused_with_a_suggestion():
+    with pytest.raises(ConfigError, match=r"'signals.querys'.*Did you mean 'queries'"):
+        config_from_dict({"signals": {"querys": ["plain"]}})
+    with pytest.raises(ConfigError, match=r"'signals.gradnorm'.*Did you mean 'grad_norm'"):
+        config_from_dict({"signals": {"gradnorm": True}})
+    assert config_from_dict({"signals": None}).signals.queries == "auto"

@@ -7,13 +7,13 @@
 - :func:`strongest` / :func:`ranked`: the attacks in the report's order of strength.
 
 Each returns an :class:`~miaudit.records.outcomes.AuditResult` (``to_frame()``, per attack
-``outcome.summary``). The command line is a parser over these functions: ``miaudit run`` and
-``miaudit demo`` call :func:`run`, ``miaudit attack`` calls :func:`attack` (then writes the
-report), and ``miaudit audit`` builds its config with the functions :func:`audit` uses
-(:func:`miaudit.external.audit_config.options_mapping` and
-:func:`~miaudit.external.audit_config.resolve`)
-before ``run_audit``; so both give the same numbers for the same inputs. Heavy modules
-(torch, the pipeline) are imported inside the functions: ``import miaudit`` stays cheap.
+``outcome.metrics`` and ``outcome.cost``, typed and frozen). The command line is a parser over
+these functions: ``miaudit run`` and ``miaudit demo`` call :func:`run`, ``miaudit attack``
+calls :func:`attack` (then writes the report), and ``miaudit audit`` builds its config with the
+functions :func:`audit` uses (:func:`miaudit.external.audit_config.options_mapping` and
+:func:`~miaudit.external.audit_config.resolve`) before ``run_audit``; so both give the same
+numbers for the same inputs. Heavy modules (torch, the pipeline) are imported inside the
+functions: ``import miaudit`` stays cheap.
 """
 
 from __future__ import annotations
@@ -343,6 +343,7 @@ def audit(
     allow_fewer_reference_rows: bool = False,
     max_length: int | None = None,
     reference_base: str | os.PathLike[str] | None = None,
+    augment: str | Sequence[str] | None = None,
     progress: bool = True,
     echo: bool = False,
     overwrite: bool = False,
@@ -351,7 +352,7 @@ def audit(
     """Audit a model trained elsewhere, as ``miaudit audit`` does: writes the run directory
     (``runs/<name>/`` or ``out``: report, verdict, exposed.csv, bank.npz, audit.yaml) and
     returns the result (``result.out`` the directory, ``result.meta["verdict"]`` the release
-    statement).
+    statement, a :class:`~miaudit.verdict.records.ReleaseVerdict`).
 
     ``model``: what the command line takes — an estimator file (``.joblib``/``.pkl``), an
     outputs file (``.npz``/``.csv``/``.parquet``), a Hugging Face ``save_pretrained`` folder
@@ -375,6 +376,8 @@ def audit(
     (audit.yaml names those files); ``text_column=`` / ``label_column=`` name the columns of
     table files (texts for a model folder). ``preprocessing``: ``"standard"`` or ``"raw"``,
     the values the model was trained on (README, "Datasets and their preprocessing").
+    ``augment``: how the model was trained, its augmentation steps (``["crop", "mirror"]``,
+    ``--augment``): images are then queried with the attacks' augmented views.
 
     ``options``: any other audit-config key, as in audit.yaml (``seed=``, ``name=``,
     ``metrics={"bootstrap": 100}``, ``signals={"grad_norm": False}``, ``attack_params=``,
@@ -397,7 +400,8 @@ def audit(
         folder = Path(tmp)
         model_sec = _model_section(model, weights, model_kwargs, references, recipe)
         model_sec.update({"output_kind": output_kind, "max_length": max_length,
-                          "public_outputs": _path(public_outputs)})
+                          "public_outputs": _path(public_outputs),
+                          "augment": split_names(augment)})
         given = options_mapping(  # what miaudit audit's flags of the same names set
             model_sec,
             dataset=_data_file(data, folder, "data", "data"),

@@ -1,6 +1,14 @@
 """Run configuration: a validated YAML file, saved into every run directory.
 
 Unknown keys are errors (with a suggestion), so a typo never silently falls back to a default.
+A key renamed in this release (:data:`RUN_RENAMED`) still works under its old spelling, with a
+warning that names the new one.
+
+`miaudit run` (:class:`RunConfig`) and `miaudit audit` (its ``AuditConfig``,
+:mod:`miaudit.external.audit_config`) spell and default the settings they share alike:
+``signals`` (:func:`resolve_queries` and :func:`resolve_grad_norm` are the one rule of both
+for ``auto``), ``metrics`` (one class), ``name``, ``seed``, ``attack_params``, ``device``,
+``output``, ``cache_dir``, ``data_dir``; tests/external/test_audit_config.py holds them to it.
 """
 
 from __future__ import annotations
@@ -8,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -18,6 +27,11 @@ import yaml
 from miaudit.errors import ConfigError
 
 DEFAULT_ATTACKS = ("loss", "confidence", "entropy", "modified-entropy", "correctness")
+# The value of a signals setting that follows the rule of resolve_queries / resolve_grad_norm.
+AUTO = "auto"
+# Keys renamed in this release: old dotted key -> new one. The old spelling still works for one
+# release and warns that it is now the new one; giving both is an error.
+RUN_RENAMED: dict[str, str] = {"dataset.data_dir": "data_dir"}
 # reference_recipe values with a fixed meaning; they cannot name an entry of `recipes`.
 REFERENCE_KEYWORDS = ("target", "plain")
 
@@ -26,7 +40,6 @@ REFERENCE_KEYWORDS = ("target", "plain")
 class DatasetConfig:
     name: str = "digits"
     options: dict[str, Any] = field(default_factory=dict)
-    data_dir: str | None = None
     max_length: int = 64  # text datasets: tokens per text, longer ones cut
     # text datasets: MiniLM's WordPiece (fixed, 30,522 ids) or a byte-level BPE of
     # bpe_vocab_size ids trained on the public pool's texts only (never on audit rows)
@@ -47,11 +60,89 @@ class SplitConfig:
 
 @dataclass
 class SignalsConfig:
-    queries: list[str] | None = None  # default: [plain, mirror] for images, [plain] otherwise
-    grad_norm: bool = False
+    queries: list[str] | str = AUTO
+    """The views every model is queried on (plain, mirror, crop-flip-K for images;
+    token-dropout-K, adjacent-swap-K for token ids), or ``auto``: replay the training
+    augmentation. A model answers the views of its training augmentation differently for
+    members (LiRA and RAPID query with it); views it never trained on are not what those
+    papers query, and each costs a query of every model. So images
+    whose target trained with augmentation (a run: its recipe's ``augment``; an audit: the
+    declared ``model.augment``, else ``references.recipe``'s) get the views the attacks' papers
+    query with (plain + mirror; RAPID's 8 with rapid or rapid-hybrid), anything else plain only
+    (:func:`resolve_queries`). The same rule and default in `miaudit run` and `miaudit
+    audit`."""
+    grad_norm: bool | str = AUTO
+    """Per-sample gradient norms (a white-box channel: a backward pass per sample per model),
+    or ``auto``: computed when an attack to run reads them (gradient-norm,
+    calibrated-gradient-norm; in an audit without ``attacks``, every attack, so on for
+    white-box models), so no run pays for a channel nothing reads (:func:`resolve_grad_norm`).
+    The same rule and default in `miaudit run` and `miaudit audit`."""
     boundary_distance: bool = False  # label-only HopSkipJump distance channel (slow)
     defence: str | dict[str, Any] | None = None  # output defence applied to every query
     batch_size: int = 1024
+
+    def __post_init__(self) -> None:
+        self.queries, self.grad_norm = check_signals(self.queries, self.grad_norm)
+
+
+def check_signals(queries: Any, grad_norm: Any) -> tuple[list[str] | str, bool | str]:
+    """``signals.queries`` and ``signals.grad_norm`` of either config, checked: ``auto`` (also
+    spelled null, or ``--queries auto``) or a non-empty list of query names; ``auto`` or true
+    or false."""
+    if queries is None or (isinstance(queries, list) and queries == [AUTO]):
+        queries = AUTO
+    if queries != AUTO and not (isinstance(queries, list) and queries
+                                and all(isinstance(q, str) for q in queries)):
+        raise ConfigError(f"signals.queries must be auto or a non-empty list of query names, "
+                          f"e.g. [plain, mirror]; got {queries!r}.")
+    if grad_norm is None:
+        grad_norm = AUTO
+    if grad_norm != AUTO and not isinstance(grad_norm, bool):
+        raise ConfigError(f"signals.grad_norm must be auto, true or false; got {grad_norm!r}.")
+    return queries, grad_norm
+
+
+def resolve_queries(queries: list[str] | str, kind: str, attacks: Sequence[str],
+                    augment: Any) -> list[str]:
+    """The queries of ``signals.queries`` (:class:`SignalsConfig`) on data of ``kind``: a list
+    as given; ``auto``: replay the training augmentation ``augment`` (recipe steps; empty or
+    None: none) -- image data trained with augmentation get the views the papers of
+    ``attacks`` query with (plain + mirror; RAPID's 8: :func:`default_queries`),
+    anything else (no augmentation; tabular data; token ids, for which no recipe augments)
+    plain only."""
+    if queries != AUTO:
+        return list(queries)
+    if kind != "image" or not augment:
+        return ["plain"]
+    return default_queries(kind, list(attacks))
+
+
+def default_queries(kind: str, attacks: list[str]) -> list[str]:
+    """The views the attacks' papers query with (`signals.queries: auto` of a target trained
+    with augmentation, config.resolve_queries): plain for tabular data; for images, the
+    largest number of augmented queries any of the run's attacks' papers makes (plain and
+    mirror; 8 with RAPID: plain, mirror and 6 crop + flip draws); for token ids (text), plain,
+    or RAPID's count of seeded token perturbations (token dropout, adjacent swaps) when an
+    attack's paper makes more than the image pair."""
+    from miaudit.attacks import get_attack
+    from miaudit.signals.query import augmented_queries, text_queries
+
+    wanted = [get_attack(a).image_queries for a in attacks]
+    if kind == "tokens":
+        return text_queries(max([q for q in wanted if q > 2] + [1]))
+    if kind != "image":
+        return ["plain"]
+    return augmented_queries(max(wanted + [2]))
+
+
+def resolve_grad_norm(grad_norm: bool | str, attacks: Sequence[str]) -> bool:
+    """Whether ``signals.grad_norm`` (:class:`SignalsConfig`) computes gradient norms for
+    ``attacks``: as given, or for ``auto`` when one of them reads the channel."""
+    if grad_norm != AUTO:
+        return bool(grad_norm)
+    from miaudit.attacks import get_attack
+
+    return any(get_attack(name).needs.channel == "grad_norm" for name in attacks)
 
 
 @dataclass
@@ -177,12 +268,20 @@ class RunConfig:
     signals: SignalsConfig = field(default_factory=SignalsConfig)
     forgetting: ForgettingConfig = field(default_factory=ForgettingConfig)
     attacks: list[str] = field(default_factory=lambda: list(DEFAULT_ATTACKS))
+    """The attacks scored, each of which must run (an attack the run cannot support is an
+    error, not skipped). The default is the five threshold attacks, which need no references,
+    channel or augmented query; `miaudit audit`'s default differs on purpose: it tries every
+    attack and lists those the audit cannot run, since it cannot choose its models."""
     attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     canaries: CanariesConfig = field(default_factory=CanariesConfig)
-    device: str = "auto"  # auto | cpu | cuda
+    device: str = "auto"  # auto | cpu | cuda[:N]
     output: str | None = None  # run directory; default runs/<name>
     cache_dir: str | None = None  # model cache; default $MIAUDIT_CACHE_DIR or ~/.cache/miaudit
+    data_dir: str | None = None
+    """Datasets folder; default $MIAUDIT_DATA_DIR or ~/.cache/miaudit/data. Top level, as in an
+    audit config (where it serves the audit and the public data alike) and beside the other
+    places a run reads and writes; ``dataset.data_dir`` is its old spelling."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -200,11 +299,17 @@ _NESTED = {
 
 
 def build_config(
-    root: type, data: Any, sections: dict[str, type], what: str = "the config"
+    root: type, data: Any, sections: dict[str, type], what: str = "the config",
+    renamed: Mapping[str, str] | None = None,
 ) -> Any:
     """Dataclass `root` from a mapping whose keys in `sections` are nested dataclasses; an
     unknown key is a ConfigError naming its place, the closest valid key and all of them.
-    `what` names the document in messages ("the config", "the audit config")."""
+    `what` names the document in messages ("the config", "the audit config"). `renamed` maps
+    old dotted keys to their new ones (:func:`apply_renamed`): the old spelling works and
+    warns, and a typo of it is pointed at the new one."""
+    renamed = dict(renamed or {})
+    if isinstance(data, dict):
+        data = apply_renamed(data, renamed, what)
 
     def build(cls: type, value: Any, where: str) -> Any:
         if not isinstance(value, dict):
@@ -212,11 +317,17 @@ def build_config(
                 f"'{where or what}' must be a mapping; got {type(value).__name__}."
             )
         valid = [f.name for f in dataclasses.fields(cls)]
+        # the old spellings of this place, for the suggestion of a misspelt one
+        old = {key.rpartition(".")[2]: new for key, new in renamed.items()
+               if key.rpartition(".")[0] == where}
         kwargs = {}
         for key, item in value.items():
             if key not in valid:
-                close = difflib.get_close_matches(str(key), valid, n=1)
+                close = difflib.get_close_matches(str(key), [*valid, *old], n=1)
                 hint = f" Did you mean '{close[0]}'?" if close else ""
+                if close and close[0] in old:
+                    hint = (f" Did you mean '{old[close[0]]}' (formerly "
+                            f"'{where + '.' if where else ''}{close[0]}')?")
                 raise ConfigError(
                     f"unknown key '{where + '.' if where else ''}{key}' in {what}.{hint} "
                     f"Valid keys{' of ' + where if where else ''}: {', '.join(valid)}."
@@ -228,12 +339,39 @@ def build_config(
     return build(root, data, "")
 
 
+def apply_renamed(data: dict[str, Any], renamed: Mapping[str, str],
+                  what: str = "the config") -> dict[str, Any]:
+    """`data` with every old dotted key of `renamed` that it gives moved to its new key, each
+    with a warning (FutureWarning, shown once per key: "`X` is now `Y`"); giving a key under
+    both spellings is a ConfigError. Keys are at most one section deep."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for old, new in renamed.items():
+        section, _, key = old.rpartition(".")
+        where = out.get(section) if section else out
+        if not isinstance(where, dict) or key not in where:
+            continue
+        value = where.pop(key)
+        new_section, _, new_key = new.rpartition(".")
+        target = out.setdefault(new_section, {}) if new_section else out
+        if not isinstance(target, dict):
+            continue  # a malformed section: building it says what is wrong
+        if new_key in target:
+            raise ConfigError(f"{what} gives both '{new}' and '{old}', its old spelling: keep "
+                              f"'{new}' only.")
+        target[new_key] = value
+        warnings.warn(f"`{old}` is now `{new}` (in {what}): the old spelling works in this "
+                      "release only, rename it.", FutureWarning, stacklevel=3)
+    return out
+
+
 def _check_types(cfg: RunConfig) -> None:
     def need(cond: bool, message: str) -> None:
         if not cond:
             raise ConfigError(message)
 
     need(isinstance(cfg.seed, int), f"seed must be an integer; got {cfg.seed!r}.")
+    if cfg.signals is None:  # `signals:` left empty in the YAML
+        cfg.signals = SignalsConfig()
     need(isinstance(cfg.models, int) and cfg.models >= 1, "models must be an integer >= 1.")
     need(isinstance(cfg.target, int), "target must be an integer model index.")
     need(not isinstance(cfg.models, int) or 0 <= cfg.target < cfg.models,
@@ -407,7 +545,7 @@ def recipe_fields(cfg: RunConfig) -> tuple[dict[str, Any], str | dict[str, Any]]
 
 
 def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
-    cfg = build_config(RunConfig, data or {}, _NESTED)
+    cfg = build_config(RunConfig, data or {}, _NESTED, renamed=RUN_RENAMED)
     _check_types(cfg)
     return cfg
 

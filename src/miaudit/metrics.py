@@ -316,6 +316,10 @@ def evaluate(
     over samples, ``n_bootstrap`` resamples; ``auc_ci``: DeLong's interval on the logit scale
     (both ``None`` when ``n_bootstrap`` is 0). ``threshold`` must come from public/shadow data
     (see :func:`best_accuracy_threshold`); balanced accuracy is ``None`` without it.
+
+    The pipeline types this dict once (:meth:`miaudit.records.outcomes.AttackMetrics.from_dict`,
+    with the attack's privacy bounds); metrics.json is that record's ``to_dict()``, these same
+    keys in this order.
     """
     s, m = _check(scores, members)
     fprs = [float(f) for f in fprs]

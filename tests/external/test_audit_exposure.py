@@ -23,7 +23,7 @@ def _setup(kind: str = "image"):
                      audit_rows=np.arange(100, 100 + n), pool_rows=np.zeros(0, int),
                      population_rows=np.zeros(0, int), data=dataset, public=None)
     result = AuditResult(indices=np.arange(n), members=members, outcomes=[
-        AttackOutcome("a", scores, metrics.evaluate(scores, members, n_bootstrap=0))])
+        AttackOutcome.from_dicts("a", scores, metrics.evaluate(scores, members, n_bootstrap=0))])
     return result, data, scores, members
 
 

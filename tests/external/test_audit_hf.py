@@ -165,7 +165,7 @@ def test_api_audits_a_causal_lm_without_references(hf_user, tmp_path):
     assert set(result.meta["skipped"]) == LM_ATTACKS - ran
     assert all("needs reference models: references.models is 0" in why
                for why in result.meta["skipped"].values())
-    assert result.outcome("lm-loss").summary.auc > 0.8  # an overfit LM leaks its members
+    assert result.outcome("lm-loss").metrics.auc > 0.8  # an overfit LM leaks its members
     with np.load(result.out / "bank.npz") as bank:
         assert bank["seq_token_logprob"].shape == (1, 128, 31)  # max_length - 1 positions
         assert bank["seq_lengths"].min() >= 1 and "logits" not in bank  # derived from them
@@ -177,8 +177,8 @@ def test_api_audits_a_causal_lm_without_references(hf_user, tmp_path):
     assert "target_member_accuracy" not in meta and "train_acc" not in meta["models"][0]
     assert meta["models"][0]["train_loss"] < meta["models"][0]["test_loss"]
     verdict = meta["verdict"]
-    assert "token probabilities" in " ".join(verdict["paragraphs"])  # what an attacker sees
-    assert any("No reference models" in c for c in verdict["caveats"])
+    assert "token probabilities" in " ".join(verdict.paragraphs)  # what an attacker sees
+    assert any("No reference models" in c for c in verdict.caveats)
     with open(result.out / "exposed.csv") as handle:
         assert {r["predicted"] for r in csv.DictReader(handle)} == {""}  # no class to predict
 

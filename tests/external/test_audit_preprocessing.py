@@ -95,19 +95,19 @@ def test_raw_trained_model_audited_on_standard_data_is_warned(
         assert "far less confident" in warning
     verdict = standard["verdict"]
     # said in full once: as the inconclusive verdict's reason, else as the first caveat
-    if verdict["level"] == "inconclusive":
-        assert not any("mismatched" in c for c in verdict["caveats"])
+    if verdict.level == "inconclusive":
+        assert not any("mismatched" in c for c in verdict.caveats)
     else:
-        assert verdict["caveats"][0].startswith("Inputs look mismatched")
+        assert verdict.caveats[0].startswith("Inputs look mismatched")
     # never a clearance: a leak found stands, no leak found is inconclusive, an average-case
     # signal says the figures may understate it
-    assert verdict["level"] in ("exposed", "inconclusive", "average-case")
-    if verdict["level"] == "inconclusive":
-        assert "input-mismatch" in [r["code"] for r in verdict["reasons"]]
-        assert verdict["headline"].startswith("Inconclusive. This audit cannot support a "
-                                              "verdict: inputs look mismatched")
-    elif verdict["level"] == "average-case":
-        assert "inputs look mismatched" in verdict["headline"]
+    assert verdict.level in ("exposed", "inconclusive", "average-case")
+    if verdict.level == "inconclusive":
+        assert "input-mismatch" in [r.code for r in verdict.reasons]
+        assert verdict.headline.startswith("Inconclusive. This audit cannot support a "
+                                           "verdict: inputs look mismatched")
+    elif verdict.level == "average-case":
+        assert "inputs look mismatched" in verdict.headline
 
     raw = _audit(raw_models, estimator, "raw", tmp_path / "raw", tmp_path / "cache")
     assert raw["dataset_preprocessing"].startswith("raw: integer pixels 0..16")
@@ -115,8 +115,8 @@ def test_raw_trained_model_audited_on_standard_data_is_warned(
     assert raw["target_member_accuracy"] == pytest.approx(real, abs=1e-4)
     assert raw["target_member_loss"] < 0.2
     assert raw["reference_train_accuracy"] > 0.95  # clones fitted on the raw public rows
-    assert raw["verdict"]["input_mismatch"] is None
-    assert "mismatched" not in " ".join(raw["verdict"]["caveats"])
+    assert raw["verdict"].input_mismatch is None
+    assert "mismatched" not in " ".join(raw["verdict"].caveats)
 
 
 def test_preprocessing_flag_reaches_data_and_registry_public():

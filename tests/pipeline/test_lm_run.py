@@ -43,7 +43,7 @@ def test_a_causal_lm_run_builds_a_sequence_bank(tmp_path, docstring_texts):
     result, out = run(cfg, progress=False, echo=False)
     assert {o.name for o in result.outcomes} == set(attacks)
     for outcome in result.outcomes:
-        assert 0.0 <= outcome.summary.auc <= 1.0
+        assert 0.0 <= outcome.metrics.auc <= 1.0
 
     bank = SignalBank.load(out / "bank.npz")
     assert bank.has_sequences and bank.has_text and bank.logits_derived
@@ -52,7 +52,7 @@ def test_a_causal_lm_run_builds_a_sequence_bank(tmp_path, docstring_texts):
     for key in ("seq_token_logprob", "seq_mean_logprob", "seq_std_logprob"):
         assert getattr(bank, key).shape == (3, rows, MAX_LENGTH - 1)
     # padding never leaks: each sample scores its tokens - 1 positions, and only those
-    texts = load_dataset(cfg.dataset.name, cfg.dataset.data_dir, **cfg.dataset.options).features
+    texts = load_dataset(cfg.dataset.name, cfg.data_dir, **cfg.dataset.options).features
     split = make_split(len(texts), cfg.split.audit, cfg.split.public, cfg.split.population,
                        cfg.seed)  # build_bank's split: the bank rows
     tokens = tokenize(texts[split.rows], MAX_LENGTH)
@@ -148,7 +148,7 @@ def test_a_bpe_tokenizer_is_trained_on_the_public_pool_only(tmp_path, docstring_
         "metrics": {"bootstrap": 0},
     })
     result, out = run(cfg, progress=False, echo=False)
-    texts = load_dataset(cfg.dataset.name, cfg.dataset.data_dir, **cfg.dataset.options).features
+    texts = load_dataset(cfg.dataset.name, cfg.data_dir, **cfg.dataset.options).features
     split = make_split(len(texts), cfg.split.audit, cfg.split.public, cfg.split.population,
                        cfg.seed)
     assert seen == [list(texts[split.public])]  # never an audit or population text

@@ -61,7 +61,7 @@ def test_forgetting_copies_calibrate_as_their_own_outcomes(tmp_path):
     names = [o.name for o in result.outcomes]
     assert names == ["loss", "calibrated-loss", "calibrated-loss.forgetting"]
     forgetting = result.outcome("calibrated-loss.forgetting")
-    assert forgetting.cost["models"] == 3  # the target and its two copies
+    assert forgetting.cost.models == 3  # the target and its two copies
     assert result.meta["forgetting_models"] == 2
     assert (out / "calibration.png").exists()
     assert not np.array_equal(forgetting.scores, result.outcome("calibrated-loss").scores)
@@ -85,14 +85,14 @@ def test_defended_outputs_and_label_only_channel(tmp_path):
     # cost: HopSkipJump's recorded label queries to the target, not one per sample
     asked = bank.channels["boundary_distance_queries"][0][bank.audit].mean()
     assert asked > 100
-    assert result.outcome("boundary-distance").cost["queries_per_sample"] == round(asked, 1)
-    assert result.outcome("correctness").cost["queries_per_sample"] == 1
+    assert result.outcome("boundary-distance").cost.queries_per_sample == round(asked, 1)
+    assert result.outcome("correctness").cost.queries_per_sample == 1
     from miaudit.report import format_table
 
     row = next(line for line in format_table(result).splitlines()
                if line.startswith("boundary-distance "))
     assert f" {round(asked):,} " in row  # a whole number of queries, not 1.1e+03
-    assert result.outcome("augmentation-consistency").cost["queries_per_sample"] == 2
+    assert result.outcome("augmentation-consistency").cost.queries_per_sample == 2
 
 
 def test_unknown_attack_fails_before_training(tmp_path):
@@ -121,8 +121,8 @@ def test_a_run_checks_its_split_and_draws_its_membership(tmp_path):
     split = checks["split"]  # miaudit drew the split at random: nothing to find
     assert not split["shifted"] and split["rows"] == 200 and 0.35 < split["metrics"]["auc"] < 0.65
     assert checks["target_fit"]["n_members"] == 100 and not checks["target_fit"]["near_chance"]
-    assert result.meta["privacy_audit"]["membership"] == "miaudit"
-    assert result.meta["privacy_audit"]["split_shifted"] is False
+    assert result.meta["privacy_audit"].settings.membership == "miaudit"
+    assert result.meta["privacy_audit"].settings.split_shifted is False
     summary = json.loads((out / "summary.json").read_text())
     assert summary["checks"]["split"]["p_value"] == split["p_value"]
     off, _ = run(_tiny_config(tmp_path, attacks=["loss"], metrics={"split_check": False}),
@@ -167,7 +167,7 @@ def test_checkpoints_are_audited_with_references_at_the_same_position(tmp_path):
     rows = result.meta["checkpoints"]
     assert [r["checkpoint"] for r in rows] == ["epoch1", "epoch2", "final"]
     assert [r["epoch"] for r in rows] == [1.0, 2.0, 3.0]
-    assert rows[-1]["attacks"]["loss"]["auc"] == result.outcome("loss").metrics["auc"]
+    assert rows[-1]["attacks"]["loss"]["auc"] == result.outcome("loss").metrics.auc
     for label in ("epoch1", "epoch2"):
         sub = json.loads((out / "checkpoints" / label / "summary.json").read_text())
         assert sub["checkpoint"] == label and sub["n_models"] == 3
@@ -308,7 +308,7 @@ def test_scorer_thresholds_come_from_their_held_out_rows_without_a_rerun(
     assert calls == ["loss"]  # non-scorer attacks: the rerun with a reference as target
     run_ = evaluate_module.run_attack("rapid", TargetView.of(digits_bank, 0), **params["rapid"])
     expected = evaluate_module.rows_threshold(run_.threshold_rows)
-    assert result.outcome("rapid").metrics["threshold"] == expected
+    assert result.outcome("rapid").metrics.threshold == expected
     # holdout 0: no held-out rows, so the attack is rerun as before
     params = {"rapid": {**params["rapid"], "holdout": 0.0}}
     evaluate_bank(digits_bank, 0, ["rapid"], attack_params=params,

@@ -130,8 +130,8 @@ def test_a_model_free_attack_counts_as_evidence_and_an_attack_on_the_model_does_
     members = np.arange(1000) % 2 == 0
     separated = metrics.evaluate(members + np.random.default_rng(9).normal(size=1000),
                                  members, n_bootstrap=20)
-    blind = AttackOutcome("blind", np.zeros(1000), separated, cost={"models": 0})
-    loss = AttackOutcome("loss", np.zeros(1000), separated, cost={"models": 1})
+    blind = AttackOutcome.from_dicts("blind", np.zeros(1000), separated, cost={"models": 0})
+    loss = AttackOutcome.from_dicts("loss", np.zeros(1000), separated, cost={"models": 1})
     found = model_free_evidence(None, [loss, blind], 0.95)
     assert [e["source"] for e in found] == ["the model-free attack blind"]
     assert found[0]["shifted"] and split_shifted(None, [loss, blind], 0.95) is True

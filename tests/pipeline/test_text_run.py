@@ -44,9 +44,9 @@ def test_a_text_classifier_is_audited_like_any_other(tmp_path, docstring_texts):
     # long docstrings were cut to max_length, and the run says how many
     assert any("longer than 24 tokens" in w for w in result.meta.get("warnings", []))
     for outcome in result.outcomes:
-        assert 0.0 <= outcome.summary.auc <= 1.0
+        assert 0.0 <= outcome.metrics.auc <= 1.0
     blind = result.outcome("blind").cost
-    assert (blind["models"], blind["queries_per_sample"], blind["train_seconds"]) == (0, 0.0, 0.0)
+    assert (blind.models, blind.queries_per_sample, blind.train_seconds) == (0, 0.0, 0.0)
 
 
 def test_the_pretrained_encoder_runs_through_the_same_pipeline(tmp_path, docstring_texts):

@@ -34,13 +34,14 @@ def result(digits_bank):
 
 def test_every_attack_has_a_bound_that_round_trips(result):
     for outcome in result.outcomes:
-        entry = outcome.metrics[EPSILON_LOWER_BOUND]
+        d = outcome.metrics.to_dict()
+        entry = d[EPSILON_LOWER_BOUND]
         assert entry["epsilon"] >= 0 and entry["method"] == "clopper-pearson threshold"
         assert entry["delta"] == 1e-5 and entry["alpha"] == 0.05  # metrics' defaults
         assert entry["selection"]["seed"] == split_seed(3, 0)
-        typed = AttackMetrics.from_dict(outcome.metrics)
-        assert typed.to_dict() == outcome.metrics
-        assert json.dumps(typed.to_dict()) == json.dumps(outcome.metrics)  # same key order
+        typed = AttackMetrics.from_dict(d)
+        assert typed == outcome.metrics and typed.to_dict() == d
+        assert json.dumps(typed.to_dict()) == json.dumps(d)  # same key order
         assert typed.epsilon_lower_bound.epsilon == entry["epsilon"]
     frame = result.to_frame()
     rows = frame[frame.metric == EPSILON_LOWER_BOUND]
@@ -51,19 +52,19 @@ def test_every_attack_has_a_bound_that_round_trips(result):
 
 def test_tau_is_chosen_on_one_half_and_counted_on_the_other(result, digits_bank):
     members = digits_bank.membership[0][digits_bank.audit]
-    entry = result.outcome("loss").metrics[EPSILON_LOWER_BOUND]
+    entry = result.outcome("loss").metrics.epsilon_lower_bound.to_dict()
     select, count = split_halves(members, entry["selection"]["seed"])
     assert not np.intersect1d(select, count).size and select.size + count.size == members.size
     assert (entry["n_members"], entry["n_nonmembers"]) == (members[count].sum(),
                                                            (~members[count]).sum())
     scores = result.outcome("loss").scores
     halves = Halves.of(members, entry["selection"]["seed"], 1e-5, 0.05)
-    again = threshold_record(scores, members, halves)
+    again = threshold_record(scores, members, halves).to_dict()
     assert again["threshold"] == entry["threshold"] and again["fp"] == entry["fp"]
     # τ depends on the selection half only: scramble the counted scores, τ stays
     scrambled = scores.copy()
     scrambled[count] = np.random.default_rng(0).permutation(scrambled[count])
-    moved = threshold_record(scrambled, members, halves)
+    moved = threshold_record(scrambled, members, halves).to_dict()
     assert moved["threshold"] == entry["threshold"]
     tau, counted = entry["threshold"], scrambled[count] >= entry["threshold"]
     assert moved["fp"] == int((counted & ~members[count]).sum())
@@ -87,36 +88,37 @@ def test_the_tabulated_objective_picks_the_librarys_threshold(seed):
     scores[:5] = [np.inf, -np.inf, np.inf, -np.inf, 0.0]
     halves = Halves.of(flags, seed, 1e-3, 0.1)
     select = halves.select
-    ours = threshold_record(scores, flags, halves)["threshold"]
+    ours = threshold_record(scores, flags, halves).bound.threshold
     assert ours == choose_threshold(scores[select], flags[select], 1e-3, 0.1)
 
 
 def test_missing_bounds_say_why_and_nan_counts_lowest():
     flags = np.array([True] + [False] * 9)  # one member: no halves
     halves, why = epsilon_module._halves(flags, 0, 0.0, 0.05)
-    entry = threshold_record(np.zeros(10), flags, halves, why)
+    record = threshold_record(np.zeros(10), flags, halves, why)
+    entry = record.to_dict()
     assert entry == {"epsilon": None, "reason": why} and "members" in why
-    assert ThresholdEpsilon.from_dict(entry).to_dict() == entry
+    assert ThresholdEpsilon.from_dict(entry) == record
     flags = np.arange(40) % 2 == 0
     halves = Halves.of(flags, 0, 0.0, 0.05)
     none = threshold_record(np.full(40, np.nan), flags, halves)
-    assert none["epsilon"] is None and "no sample" in none["reason"]
+    assert none.epsilon is None and "no sample" in none.reason
     some = np.where(flags, 1.0, 0.0)
     some[:6] = np.nan
-    assert threshold_record(some, flags, halves)["unscorable"] == 6
+    assert threshold_record(some, flags, halves).unscorable == 6
 
 
 def test_the_best_bound_is_bonferroni_over_the_attacks(result):
     audit = result.meta["privacy_audit"]
-    k = audit["bounds_compared"]
-    assert k == len(ATTACKS) and audit["claimed"] is None and audit["refutes_claim"] is None
-    best = audit["best"]
-    bound = result.outcome(best["attack"]).summary.epsilon_lower_bound.bound
+    k = audit.bounds_compared
+    assert k == len(ATTACKS) and audit.settings.claimed is None and audit.refutes_claim is None
+    best = audit.best
+    bound = result.outcome(best.attack).metrics.epsilon_lower_bound.bound
     again = epsilon_from_counts(bound.fp, bound.n_nonmembers, bound.fn, bound.n_members,
                                 bound.delta, 0.05 / k, bound.threshold)
-    assert best["epsilon"] == again.epsilon and best["alpha"] == 0.05 / k
-    assert best["epsilon"] <= max(o.summary.epsilon_lower_bound.epsilon for o in
-                                  result.outcomes)  # α/K: never above the best single bound
+    assert best.bound == again and best.bound.alpha == 0.05 / k and best.family_alpha == 0.05
+    assert best.epsilon <= max(o.metrics.epsilon_lower_bound.epsilon for o in
+                               result.outcomes)  # α/K: never above the best single bound
     assert "Bonferroni" in privacy_line(result) and "no DP claim" in privacy_line(result)
 
 
@@ -137,15 +139,16 @@ def test_a_dp_target_is_audited_at_its_own_delta_and_its_claim_is_shown(claimed,
     dp = evaluate_bank(_leaky_bank(), 0, ["loss", "confidence"], seed=0, progress=False,
                        metric_cfg=MetricsConfig(bootstrap=0, epsilon_delta=1e-3),
                        target_privacy=claim, membership="miaudit")
-    entry = dp.outcome("loss").metrics[EPSILON_LOWER_BOUND]
-    assert entry["delta"] == 1e-6 and entry["epsilon"] > 2  # 300 + 300 samples, separated
+    bound = dp.outcome("loss").metrics.epsilon_lower_bound.bound
+    assert bound.delta == 1e-6 and bound.epsilon > 2  # 300 + 300 samples, separated
     audit = dp.meta["privacy_audit"]
-    assert audit["claimed"]["epsilon"] == claimed
-    assert audit["delta_source"] == "the target's DP-SGD delta"
+    assert audit.settings.claimed.epsilon == claimed
+    assert audit.settings.claimed.target_epsilon == claimed
+    assert audit.settings.delta_source == "the target's DP-SGD delta"
     line = privacy_line(dp)
     assert line.startswith(f"Privacy: claimed ε {claimed:g} (δ 1e-06); best empirical lower "
                            "bound")
-    assert audit["refutes_claim"] is refuted and ("does not hold" in line) is refuted
+    assert audit.refutes_claim is refuted and ("does not hold" in line) is refuted
 
 
 def test_the_table_and_the_report_show_the_bounds(result):
@@ -187,21 +190,21 @@ def test_model_free_attacks_bound_nothing_and_a_split_they_separate_refutes_noth
                            metric_cfg=MetricsConfig(bootstrap=50), target_privacy=claim,
                            membership="miaudit")
     blind = result.outcome("blind")
-    assert blind.cost["models"] == 0 and blind.summary.auc > 0.95  # the split, not the model
-    record = blind.summary.epsilon_lower_bound
+    assert blind.cost.models == 0 and blind.metrics.auc > 0.95  # the split, not the model
+    record = blind.metrics.epsilon_lower_bound
     assert record.bound is None and "model-free" in record.reason
     audit = result.meta["privacy_audit"]
-    assert audit["bounds_compared"] == 1 and audit["best"]["attack"] == "loss"
-    assert audit["split_shifted"] is True and audit["exceeds_claim"] is True
-    assert audit["claim_finding"] == "withheld" and audit["refutes_claim"] is False
+    assert audit.bounds_compared == 1 and audit.best.attack == "loss"
+    assert audit.settings.split_shifted is True and audit.exceeds_claim is True
+    assert audit.claim_finding == "withheld" and audit.refutes_claim is False
     line = privacy_line(result)
     assert "no refutation on that basis" in line and "does not hold" not in line
     # the same bank without the text shift: the claim does not hold
     plain = evaluate_bank(_leaky_bank(), 0, ["loss"], seed=0, progress=False,
                           metric_cfg=MetricsConfig(bootstrap=50), target_privacy=claim,
                           membership="miaudit")
-    assert plain.meta["privacy_audit"]["split_shifted"] is None  # nothing model-free ran
-    assert plain.meta["privacy_audit"]["claim_finding"] == "refuted"
+    assert plain.meta["privacy_audit"].settings.split_shifted is None  # nothing model-free ran
+    assert plain.meta["privacy_audit"].claim_finding == "refuted"
 
 
 def test_a_bare_bank_or_a_users_split_is_evidence_against_a_claim_not_a_refutation():
@@ -211,7 +214,7 @@ def test_a_bare_bank_or_a_users_split_is_evidence_against_a_claim_not_a_refutati
                                metric_cfg=MetricsConfig(bootstrap=0), target_privacy=claim,
                                membership=membership)
         audit = result.meta["privacy_audit"]
-        assert audit["membership"] == membership
-        assert audit["claim_finding"] == "evidence against" and not audit["refutes_claim"]
+        assert audit.settings.membership == membership
+        assert audit.claim_finding == "evidence against" and not audit.refutes_claim
     with pytest.raises(ValueError, match="membership must be one of"):
         evaluate_bank(_leaky_bank(), 0, ["loss"], progress=False, membership="random")

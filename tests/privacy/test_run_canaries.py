@@ -79,9 +79,12 @@ def test_inclusion_and_mislabelled_labels_are_recorded(runs):
     np.testing.assert_array_equal(bank.membership[0][bank.canary], included)
     np.testing.assert_array_equal(bank.labels[bank.canary], labels)  # the bank has the label
     assert (labels != true).all() and 30 <= included.sum() <= 70
-    audit = result.meta["privacy_audit"]
-    assert audit["canaries"]["included"] == included.sum()
-    assert audit["canaries"]["kind"] == "mislabelled"
+    canaries = result.meta["privacy_audit"].settings.canaries
+    assert canaries.included == included.sum() and canaries.count == 100
+    assert canaries.kind == "mislabelled"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["privacy_audit"]["canaries"]["kind"] == "mislabelled"  # written last
+    assert list(summary["privacy_audit"]["canaries"])[-1] == "kind"
     assert "canaries.csv" in json.loads((out / "summary.json").read_text())["files"]
 
 
@@ -102,15 +105,16 @@ def test_every_attack_has_a_one_run_bound_and_an_overfit_target_leaks(runs):
         assert gdp["n_members"] + gdp["selection"]["n_members"] == entry["included"]
         metrics = {k: v for k, v in written[name].items() if k != "cost"}
         typed = AttackMetrics.from_dict(metrics)
+        assert typed == result.outcome(name).metrics  # read back equal to its record
         assert json.dumps(typed.to_dict()) == json.dumps(metrics)  # round trip, key order too
         assert typed.one_run.epsilon == entry["epsilon"]
         assert typed.canary_gaussian_dp_lower_bound.mu == gdp["mu"]
     # the non-DP target memorised its mislabelled canaries: some attack certifies ε > 0
     assert max(written[n][ONE_RUN]["epsilon"] for n in ATTACKS) > 0.5
-    best = result.meta["privacy_audit"]["best"]
-    assert best["epsilon"] > 0 and result.meta["privacy_audit"]["bounds_compared"] == 9
+    audit = result.meta["privacy_audit"]
+    assert audit.best.epsilon > 0 and audit.bounds_compared == 9
     # μ: one bound on the audit samples and one on the canaries per attack
-    assert result.meta["privacy_audit"]["mu_bounds_compared"] == 6
+    assert audit.mu_bounds_compared == 6
     frame = result.to_frame()
     assert set(frame[frame.metric == ONE_RUN].attack) == set(ATTACKS)
     text = format_table(result)
@@ -162,9 +166,9 @@ def test_candidates_share_alpha_and_the_best_is_reported():
     rng = np.random.default_rng(0)
     included = rng.random(400) < 0.5
     scores = included + rng.normal(scale=0.5, size=400)
-    entry = one_run_record(scores, included, [(20, 20), (40, 0)], 0.0, 0.05)
-    typed = OneRunEpsilon.from_dict(entry)
-    assert typed.to_dict() == entry and typed.bound.alpha == 0.025 and typed.family_alpha == 0.05
+    record = one_run_record(scores, included, [(20, 20), (40, 0)], 0.0, 0.05)
+    typed = OneRunEpsilon.from_dict(record.to_dict())
+    assert typed == record and typed.bound.alpha == 0.025 and typed.family_alpha == 0.05
     assert typed.epsilon == max(c.epsilon for c in typed.candidates) > 0
 
 

@@ -16,7 +16,7 @@ import miaudit.io
 import miaudit.report.write as write_mod
 from miaudit.errors import MiauditError
 from miaudit.metrics import evaluate
-from miaudit.records.outcomes import AttackOutcome, AuditResult
+from miaudit.records.outcomes import AttackCost, AttackOutcome, AuditResult
 from miaudit.report import format_table, write_report
 
 N = 600
@@ -49,7 +49,8 @@ def _result() -> AuditResult:
         {},
     ]
     outcomes = [
-        AttackOutcome(name, s, evaluate(s, members, n_bootstrap=50, threshold=0.5), cost)
+        AttackOutcome.from_dicts(name, s, evaluate(s, members, n_bootstrap=50, threshold=0.5),
+                                 cost)
         for name, s, cost in zip(NAMES, [loss, lira, correct], costs, strict=True)
     ]
     meta = {
@@ -97,10 +98,11 @@ def test_every_file_exists(written: dict[str, Path]) -> None:
 def test_metrics_json(written: dict[str, Path], result: AuditResult) -> None:
     doc = json.loads(written["metrics"].read_text(), parse_constant=pytest.fail)
     assert list(doc) == NAMES
-    assert "cost" not in doc["loss"] and doc["lira-online"]["cost"]["models_trained"] == 16
+    # an older cost spelling ("models_trained") is written as the pipeline's ("models")
+    assert "cost" not in doc["loss"] and doc["lira-online"]["cost"]["models"] == 16
     for outcome in result.outcomes:
-        assert doc[outcome.name]["auc"] == outcome.metrics["auc"]
-        assert doc[outcome.name]["tpr_at_fpr"] == outcome.metrics["tpr_at_fpr"]
+        assert doc[outcome.name]["auc"] == outcome.metrics.auc
+        assert doc[outcome.name]["tpr_at_fpr"] == outcome.metrics.to_dict()["tpr_at_fpr"]
     assert doc["lira-online"]["n_unscorable"] == 9
 
 
@@ -199,7 +201,7 @@ def test_bad_extra_figures_rejected(result: AuditResult, tmp_path: Path, bad) ->
 
 
 def test_inconsistent_result_rejected(result: AuditResult, tmp_path: Path) -> None:
-    short = AttackOutcome("short", np.zeros(N - 1), {})
+    short = AttackOutcome.from_dicts("short", np.zeros(N - 1), {})
     bad = AuditResult(result.indices, result.members, [*result.outcomes, short])
     with pytest.raises(MiauditError, match="one score per audit sample"):
         write_report(bad, tmp_path)
@@ -250,8 +252,8 @@ def test_constant_and_all_nan_scores_render(tmp_path: Path) -> None:
     const = np.full(50, 2.0)
     nan_all = np.full(50, np.nan)
     outcomes = [
-        AttackOutcome("const", const, evaluate(const, members, n_bootstrap=5)),
-        AttackOutcome("none", nan_all, evaluate(nan_all, members, n_bootstrap=5)),
+        AttackOutcome.from_dicts("const", const, evaluate(const, members, n_bootstrap=5)),
+        AttackOutcome.from_dicts("none", nan_all, evaluate(nan_all, members, n_bootstrap=5)),
     ]
     res = AuditResult(np.arange(50), members, outcomes)
     paths = write_report(res, tmp_path)
@@ -261,7 +263,7 @@ def test_constant_and_all_nan_scores_render(tmp_path: Path) -> None:
 
 def test_format_table_cost_alias_and_skipped(result: AuditResult) -> None:
     outcome = result.outcomes[0]
-    aliased = AttackOutcome(outcome.name, outcome.scores, outcome.metrics, {"models": 7})
+    aliased = AttackOutcome(outcome.name, outcome.scores, outcome.metrics, AttackCost(models=7))
     res = AuditResult(
         result.indices,
         result.members,

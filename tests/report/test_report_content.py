@@ -21,6 +21,7 @@ from miaudit.report.exposure import rank_members
 from miaudit.report.plots import figure_png, histograms_figure, normalised_ranks
 from miaudit.report.table import STRONGEST_MARK, TRAIN_LABEL
 from miaudit.verdict.headline import verdict_line
+from miaudit.verdict.records import ReleaseVerdict
 
 N = 400
 
@@ -38,7 +39,8 @@ def _result(meta: dict | None = None, rows: np.ndarray | None = None) -> AuditRe
     members = np.arange(N) % 2 == 0
     scores = rng.normal(size=N) + 2.0 * members
     cost = {"models_trained": 5, "queries_per_sample": 1, "train_seconds": 2.9}
-    outcome = AttackOutcome("lira", scores, evaluate(scores, members, n_bootstrap=20), cost)
+    outcome = AttackOutcome.from_dicts("lira", scores, evaluate(scores, members, n_bootstrap=20),
+                                       cost)
     return AuditResult(np.arange(N) + 1000, members, [outcome], meta=meta or {}, rows=rows)
 
 
@@ -62,9 +64,9 @@ def test_histograms_are_readable_for_awkward_scores() -> None:
     tied = (rng.random(N) < np.where(members, 0.9, 0.6)).astype(float)
     spiky = np.where(rng.random(N) < 0.5, 0.0, rng.normal(size=N) + members)
     const, none = np.full(N, 4.0), np.full(N, np.nan)
-    outcomes = [AttackOutcome(name, s, evaluate(s, members, n_bootstrap=0)) for name, s in
-                [("const", const), ("none", none), ("tied", tied), ("spiky", spiky),
-                 ("wild", wild)]]
+    outcomes = [AttackOutcome.from_dicts(name, s, evaluate(s, members, n_bootstrap=0))
+                for name, s in [("const", const), ("none", none), ("tied", tied),
+                                ("spiky", spiky), ("wild", wild)]]
     result = AuditResult(np.arange(N), members, outcomes)
     fig = histograms_figure(result)
     axes = [ax for ax in fig.axes if ax.get_visible()]
@@ -134,7 +136,7 @@ def test_bare_bank_exposure_says_bank_position(tmp_path: Path, fast_plots: None)
 def test_ties_rank_the_lower_dataset_row_first() -> None:
     members = np.array([True, True, True, False])
     scores = np.array([1.0, 1.0, 0.5, 0.0])
-    result = AuditResult(np.arange(4), members, [AttackOutcome("a", scores, {})],
+    result = AuditResult(np.arange(4), members, [AttackOutcome.from_dicts("a", scores, {})],
                          rows=np.array([90, 40, 10, 5]))
     ranked = rank_members(result, "a")
     assert [r["row"] for r in ranked] == [40, 90, 10]
@@ -171,7 +173,8 @@ def test_summary_leads_with_the_verdict(tmp_path: Path, fast_plots: None) -> Non
     assert summary["verdict"]["attack"] == "lira" and line.startswith("Verdict: Exposed")
     assert format_table(result).splitlines()[0] == line
     # `miaudit audit`'s release statement is kept whole, with the line added
-    audit = _result({"verdict": {"level": "exposed", "headline": "Membership is exposed."}})
+    audit = _result({"verdict": ReleaseVerdict(level="exposed",
+                                               headline="Membership is exposed.")})
     summary = json.loads(write_report(audit, tmp_path / "a")["summary"].read_text())
     assert summary["verdict"]["headline"] == "Membership is exposed."
     assert summary["verdict"]["line"] == verdict_line(audit)

@@ -213,7 +213,7 @@ def _synthetic_rows(rep: int = 0, epsilon: float | None = 8.0, kind: str = "misl
             "cell": f"c{rep}{kind}{epsilon}", "epsilon": epsilon, "kind": kind, "rep": rep,
             "attack": attack, "alpha": ALPHA, "delta": DELTA, "m": M_SYN,
             "spec.dataset.name": "digits", "spec.recipe.architecture": "mlp",
-            "auc": 0.6, "tpr_1%": 0.02, "n_members": 300, "n_nonmembers": 300,
+            "auc": 0.6, "tpr@0.01": 0.02, "n_members": 300, "n_nonmembers": 300,
             "eps_one_run": per[i], "one_run_m": M_SYN, "one_run_k_plus": CANDIDATES[i][0],
             "one_run_k_minus": CANDIDATES[i][1], "one_run_r": sum(CANDIDATES[i]),
             "one_run_v": vs[i], "one_run_alpha": ALPHA / 3, "one_run_family_alpha": ALPHA,

@@ -6,14 +6,11 @@ import pytest
 import yaml
 from scipy import stats
 
+from miaudit.records.columns import tpr_column
 from miaudit.signals import SignalBank
 from miaudit.studies import generalization as gen
 from miaudit.studies.generalization import report as summary
-from miaudit.studies.generalization.halves_banks import (
-    ROC_FPRS,
-    model_stats,
-    tpr_column,
-)
+from miaudit.studies.generalization.halves_banks import ROC_FPRS, model_stats
 from miaudit.studies.generalization.paper import AUGMENTATION_STEPS, PAPER_AUGMENTATION
 from miaudit.studies.registry import get_study, resolve_config, run_study
 from miaudit.studies.sweep import StudyError

@@ -25,6 +25,7 @@ from miaudit.studies.power import (
 )
 from miaudit.studies.power.report import (
     TPR01,
+    TPR1,
     format_power,
     per_target_table,
     power_table,
@@ -57,7 +58,7 @@ def test_the_study_runs_every_cell_and_resumes(tmp_path, monkeypatch):
     assert list(table["attack"]) == FAST * 2 and list(table["seed"]) == [5] * 4 + [6] * 4
     for row in table.to_dict("records"):
         assert 0 <= row["auc_lo"] <= row["auc"] <= row["auc_hi"] <= 1
-        assert 0 <= row[TPR01] <= row["tpr_1%"] <= 1
+        assert 0 <= row[TPR01] <= row[TPR1] <= 1 and TPR01 == "tpr@0.001"
         assert row["n_members"] + row["n_nonmembers"] == 300 and row["n_nonmembers"] > 100
         assert row["cost_queries"] == 1 and row["cost_score_s"] >= 0
         assert row["cost_models"] == 4 and row["cost_train_s"] > 0  # target + 3 references
@@ -170,7 +171,7 @@ def hand_made_table() -> pd.DataFrame:
             rows.append({"cell": f"c{seed}", "dataset": "tab", "seed": seed, "attack": attack,
                          "auc": auc[attack][seed], "auc_lo": auc[attack][seed] - 0.01,
                          "auc_hi": auc[attack][seed] + 0.01,
-                         "tpr_1%": 0.1, "tpr_1%_lo": 0.08, "tpr_1%_hi": 0.12,
+                         TPR1: 0.1, f"{TPR1}_lo": 0.08, f"{TPR1}_hi": 0.12,
                          TPR01: tpr[attack][seed], f"{TPR01}_lo": 0.0, f"{TPR01}_hi": 0.05,
                          "n_members": 10000, "n_nonmembers": 10000, "cost_models": 7,
                          "cost_queries": 1.0, "cost_train_s": 140.0,

@@ -43,7 +43,8 @@ def test_one_cell_scores_every_setting_on_one_bank():
     assert by["lira-offline", 2, 2]["query_names"] == "plain,mirror"
     assert all(r["cost_train_s"] >= 0 and r["cost_score_s"] >= 0 for r in rows)
     for r in rows:
-        assert 0 <= r["auc"] <= 1 and 0 <= r["tpr_0.1%"] <= r["tpr_1%"] <= 1
+        assert 0 <= r["auc"] <= 1 and 0 <= r["tpr@0.001"] <= r["tpr@0.01"] <= 1
+        assert "tpr_1%" not in r  # one spelling of the TPR columns
         assert r["n_members"] + r["n_nonmembers"] == 300 and r["epsilon_spent"] is None
     # the sub-banks differ: more references change the calibrated scores
     assert by["calibrated-loss", 2, 2]["auc"] != by["calibrated-loss", 3, 2]["auc"]
@@ -89,7 +90,8 @@ def hand_made_table() -> pd.DataFrame:
                              "main_references": 4, "attack": attack,
                              "main": (r, q) == (4, 2), "n_references": r, "n_queries": q,
                              "auc": auc + 0.02 * rep + 0.01 * r + 0.01 * q,
-                             "tpr_0.1%": 0.01 * (rep + 1), "tpr_1%": 0.05, "n_nonmembers": 1000,
+                             "tpr@0.001": 0.01 * (rep + 1), "tpr@0.01": 0.05,
+                             "n_nonmembers": 1000,
                              "cost_models": 1 + r if attack == "rapid" else 1,
                              "cost_queries": q, "cost_train_s": 10.0 * (1 + r),
                              "cost_score_s": 5.0 if attack == "rapid" else 0.1,

@@ -3,12 +3,22 @@ from __future__ import annotations
 import json
 import logging
 import pickle
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from study_work import TRACE, failing_work, invocations, smoke_cells, traced_work
 
-from miaudit.studies.sweep import RESULTS, Cell, StudyError, cell_path, run_sweep
+from miaudit.studies.sweep import (
+    RESULTS,
+    Cell,
+    StudyError,
+    cell_path,
+    read_results,
+    run_sweep,
+)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "studies"
 
 
 def test_cell_key_is_canonical_and_picklable():
@@ -79,3 +89,42 @@ def _clashing_work(cell):
 def test_rows_may_not_repeat_cell_parameters(tmp_path):
     with pytest.raises(StudyError, match="repeat the cell parameter"):
         run_sweep([Cell("x", {"seed": 1})], _clashing_work, tmp_path, "serial", progress=False)
+
+
+def _old_rows(cell: Cell) -> list[dict]:
+    """A cell's rows as studies recorded them before the TPR columns had one spelling."""
+    return [{"attack": "loss", "auc": 0.6, "tpr_0.1%": 0.01, "tpr_1%": 0.05, "tpr_1%_lo": 0.04,
+             "tpr_at_0.1": 0.2}]
+
+
+def _new_rows(cell: Cell) -> list[dict]:
+    return [{"attack": "loss", "auc": 0.6, "tpr@0.001": 0.01, "tpr@0.01": 0.05,
+             "tpr@0.01_lo": 0.04, "tpr@0.1": 0.2}]
+
+
+NEW_COLUMNS = ["attack", "auc", "tpr@0.001", "tpr@0.01", "tpr@0.01_lo", "tpr@0.1"]
+
+
+def test_cells_recorded_with_an_older_tpr_spelling_read_as_new_ones(tmp_path):
+    cells = [Cell("s", {"seed": 0}), Cell("s", {"seed": 1})]
+    study = tmp_path / "study"
+    run_sweep(cells[:1], _old_rows, study, "serial", progress=False)  # an older study's cell
+    assert "tpr_0.1%" in json.loads(cell_path(study, cells[0]).read_text())["rows"][0]
+    table = run_sweep(cells, _new_rows, study, "serial", progress=False)  # resumed, new code
+    assert list(table.columns) == ["cell", "seed", *NEW_COLUMNS]
+    assert table["tpr@0.01"].tolist() == [0.05, 0.05] and table["tpr@0.1"].tolist() == [0.2, 0.2]
+    assert list(pd.read_csv(study / RESULTS).columns) == list(table.columns)
+    # a results.csv written before reads alike, by its path or its study folder
+    old = tmp_path / "old" / RESULTS
+    old.parent.mkdir()
+    pd.DataFrame(_old_rows(cells[0])).to_csv(old, index=False)
+    for where in (old, old.parent):
+        assert list(read_results(where).columns) == NEW_COLUMNS
+
+
+def test_the_recorded_study_tables_read_with_the_one_spelling():
+    per_target = read_results(DOCS / "power" / "per_target.csv")  # recorded as tpr_1%, ...
+    assert {"tpr@0.01", "tpr@0.01_lo", "tpr@0.001_hi", "tpr@0.001 x rmia"} <= set(per_target)
+    assert not [c for c in per_target.columns if c.startswith("tpr_")]
+    power = read_results(DOCS / "power" / "power.csv")
+    assert {"tpr@0.01", "tpr@0.001"} <= set(power) and power["tpr@0.001"].between(0, 1).all()

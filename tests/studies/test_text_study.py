@@ -56,7 +56,7 @@ def test_the_study_runs_both_tables_and_resumes(tmp_path, tiny_overrides, monkey
     encoder, lm = table[table["table"] == "encoder"], table[table["table"] == "lm"]
     assert list(encoder["attack"]) == ENCODER_ATTACKS and list(lm["attack"]) == LM_ATTACKS
     for row in table.to_dict("records"):
-        assert 0 <= row["auc"] <= 1 and 0 <= row["tpr_0.1%"] <= row["tpr_1%"] <= 1
+        assert 0 <= row["auc"] <= 1 and 0 <= row["tpr@0.001"] <= row["tpr@0.01"] <= 1
         assert row["auc_lo"] <= row["auc"] <= row["auc_hi"]  # bootstrap intervals
         assert row["n_members"] + row["n_nonmembers"] == tiny_overrides["extra_setups"][
             row["model"]]["split"]["audit"]
@@ -125,7 +125,7 @@ def test_the_claim_ratio_is_rapid_over_calibration():
     for attack, tpr1, tpr01 in [("rapid", 0.12, 0.03), ("calibrated-loss", 0.04, 0.0),
                                 ("loss", 0.02, 0.0)]:
         rows.append({"table": "encoder", "model": "minilm", "rep": 0, "attack": attack,
-                     "tpr_1%": tpr1, "tpr_0.1%": tpr01, "n_nonmembers": 1000})
+                     "tpr@0.01": tpr1, "tpr@0.001": tpr01, "n_nonmembers": 1000})
     claim = claim_table(pd.DataFrame(rows)).set_index("FPR")
     assert claim.loc["1%", "ratio (ours)"] == pytest.approx(3.0)
     assert np.isinf(claim.loc["0.1%", "ratio (ours)"])  # calibration found none

@@ -3,13 +3,14 @@ on results whose metrics are set by hand (so the expected order is known)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
 import pytest
 
 from miaudit.metrics import support_warning
-from miaudit.records.outcomes import AttackOutcome, AuditResult
+from miaudit.records.outcomes import AttackCost, AttackOutcome, AuditResult
 from miaudit.report import format_table
 from miaudit.report.html import render_html
 from miaudit.report.table import STRONGEST_MARK, build_table
@@ -46,10 +47,19 @@ def _result(n0: int = 2000, ci_low: float = 0.5) -> AuditResult:
     n = 2 * n0
     members = np.arange(n) < n0
     rng = np.random.default_rng(0)
-    outcomes = [AttackOutcome(name, rng.normal(size=n), _metrics(tprs, auc, n0, ci_low=ci_low))
+    outcomes = [AttackOutcome.from_dicts(name, rng.normal(size=n),
+                                         _metrics(tprs, auc, n0, ci_low=ci_low))
                 for name, (tprs, auc) in specs.items()]
     return AuditResult(np.arange(n), members, outcomes, meta={"config": {"metrics": {
         "confidence": 0.9}}})
+
+
+def _set_auc_ci(result: AuditResult, ci: tuple[float, float], *names: str) -> None:
+    """Give the attacks ``names`` (default: all) the AUC interval ``ci``: the outcomes are
+    frozen, so each is replaced by a copy."""
+    result.outcomes = [
+        dataclasses.replace(o, metrics=dataclasses.replace(o.metrics, auc_ci=ci))
+        if not names or o.name in names else o for o in result.outcomes]
 
 
 def _table_rows(text: str) -> list[str]:
@@ -94,53 +104,52 @@ def test_unsupported_fprs_rank_at_the_best_supported_and_say_so() -> None:
 def test_verdict_line_exposed_with_its_support() -> None:
     result = _result(n0=2000)  # b: 20% at 1% FPR, CI [10%, 30%] above 1%
     verdict = short_verdict(result)
-    assert verdict["level"] == "exposed" and verdict["attack"] == "b"
-    line = verdict["line"]
+    assert verdict.level == "exposed" and verdict.attack == "b"
+    line = verdict.line
     assert line.startswith("Verdict: Exposed, far above chance. The strongest attack, b, ")
     assert "picks out 20.0% of members at 1% FPR (90% CI 10.0% to 30.0%), 20.0× chance" in line
     assert "rests on 20 expected false positives among 2,000 non-members" in line
     assert "Indicative" not in line and "\n" not in line
     # the audit's release statement rests on the same attack and level
     audit = make_verdict(result, {"confidence": 0.9})
-    assert audit["attack"] == "b" and audit["level"] == "exposed"
+    assert audit.attack == "b" and audit.level == "exposed"
 
 
 def test_verdict_line_indicative_and_not_measured() -> None:
     few = short_verdict(_result(n0=500))
-    assert few["level"] == "exposed" and few["indicative"]
+    assert few.level == "exposed" and few.indicative
     assert "Indicative only: this rests on 5 expected false positives among 500 non-members, " \
-           "fewer than 10" in few["line"]
+           "fewer than 10" in few.line
     weak = _result(n0=2000, ci_low=0.01)  # b's interval reaches down to 0.2%: below 1%
-    for o in weak.outcomes:
-        o.metrics["auc_ci"] = [0.45, 0.55]
+    _set_auc_ci(weak, (0.45, 0.55))
     verdict = short_verdict(weak)
-    assert verdict["level"] == "not measured"
-    assert verdict["line"].startswith("Verdict: No measurable leak. The strongest attack at 1% "
+    assert verdict.level == "not measured"
+    assert verdict.line.startswith("Verdict: No measurable leak. The strongest attack at 1% "
                                       "FPR, b, picks out 20.0% of members")
-    assert "where guessing gets 1%" in verdict["line"]
-    assert make_verdict(weak, {})["level"] == "not measured"
+    assert "where guessing gets 1%" in verdict.line
+    assert make_verdict(weak, {}).level == "not measured"
     # an audit that found the model's inputs mismatched never reads as a clearance
     weak.meta["checks"] = {"input_mismatch": "inputs look mismatched"}
     mismatched = short_verdict(weak)
-    assert mismatched["level"] == "inconclusive"
-    assert mismatched["line"].startswith(
+    assert mismatched.level == "inconclusive"
+    assert mismatched.line.startswith(
         "Verdict: Inconclusive. This audit cannot support a verdict: inputs look mismatched. "
         "To fix: feed the model exactly the values it was trained on.")
-    assert "picks out 20.0% of members" in mismatched["line"]  # the figures stay, after it
+    assert "picks out 20.0% of members" in mismatched.line  # the figures stay, after it
 
 
 def test_verdict_line_average_case_names_the_auc_attack() -> None:
     weak = _result(n0=2000, ci_low=0.01)
-    weak.outcome("d").metrics["auc_ci"] = [0.97, 0.995]
+    _set_auc_ci(weak, (0.97, 0.995), "d")
     verdict = short_verdict(weak)
-    assert verdict["level"] == "average-case" and verdict["auc_attack"] == "d"
+    assert verdict.level == "average-case" and verdict.auc_attack == "d"
     assert "But d ranks members above non-members on average: AUC 0.990 (90% CI 0.970 to " \
-           "0.995; 0.5 is guessing)." in verdict["line"]
+           "0.995; 0.5 is guessing)." in verdict.line
 
 
 def test_verdict_line_without_attacks() -> None:
     empty = AuditResult(np.arange(2), np.array([True, False]), [])
-    assert short_verdict(empty)["level"] == "none"
+    assert short_verdict(empty).level == "none"
     assert verdict_line(empty).startswith("Verdict: Nothing measured. No attack reported")
 
 
@@ -189,55 +198,53 @@ def _split(auc: float, shifted: bool, tpr: float = 0.02) -> dict:
 
 def test_a_shifted_split_makes_every_level_inconclusive_with_the_comparison() -> None:
     exposed = _result(n0=2000)
-    assert short_verdict(exposed)["level"] == "exposed"
+    assert short_verdict(exposed).level == "exposed"
     exposed.meta["checks"] = {"split": _split(0.55, shifted=True)}
     verdict = short_verdict(exposed)
-    assert verdict["level"] == "inconclusive" and verdict["label"] == "Inconclusive"
-    assert [r["code"] for r in verdict["reasons"]] == ["shifted-split"]
+    assert verdict.level == "inconclusive" and verdict.label == "Inconclusive"
+    assert [r.code for r in verdict.reasons] == ["shifted-split"]
     # b's TPR interval [10%, 30%] at 1% lies above the check's 2%, its AUC 0.60 above 0.55
-    assert verdict["shift"]["exceeds"]
-    line = verdict["line"]
+    assert verdict.shift.exceeds
+    line = verdict.line
     assert "the split check tells members from non-members without the model (AUC 0.550" in line
     assert "exceeds it (TPR 20% against 2% at 1% FPR" in line
     assert "no DP claim is refuted on a shifted split" in line
     # a split check that finds nothing leaves the verdict alone
     exposed.meta["checks"] = {"split": _split(0.51, shifted=False)}
-    assert short_verdict(exposed)["level"] == "exposed"
+    assert short_verdict(exposed).level == "exposed"
 
 
 def test_an_attack_below_the_model_free_baseline_does_not_exceed_it() -> None:
     result = _result(n0=2000)
     result.meta["checks"] = {"split": _split(0.9, shifted=True, tpr=0.5)}
-    shift = short_verdict(result)["shift"]
-    assert not shift["exceeds"] and shift["tpr"] == 0.5
-    assert "does not exceed it" in short_verdict(result)["line"]
+    shift = short_verdict(result).shift
+    assert not shift.exceeds and shift.tpr == 0.5
+    assert "does not exceed it" in short_verdict(result).line
 
 
 def test_no_measurable_leak_needs_a_trained_target_and_enough_nonmembers() -> None:
     weak = _result(n0=2000, ci_low=0.01)
-    for o in weak.outcomes:
-        o.metrics["auc_ci"] = [0.45, 0.55]
-    assert short_verdict(weak)["level"] == "not measured"
+    _set_auc_ci(weak, (0.45, 0.55))
+    assert short_verdict(weak).level == "not measured"
     weak.meta["checks"] = {"target_fit": {"train_accuracy": 0.07, "chance": 0.12, "floor": 0.2,
                                           "near_chance": True, "n_members": 2000}}
     verdict = short_verdict(weak)
-    assert verdict["level"] == "inconclusive"
+    assert verdict.level == "inconclusive"
     assert "the target is 7% accurate on its own 2,000 training rows, where always guessing " \
-           "the majority class gets 12%" in verdict["line"]
+           "the majority class gets 12%" in verdict.line
     release = make_verdict(weak, {"references": 4})
-    assert release["level"] == "inconclusive" and "supports no statement either way" in \
-        " ".join(release["paragraphs"])
+    assert release.level == "inconclusive" and "supports no statement either way" in \
+        " ".join(release.paragraphs)
     # a mismatch explains a near-chance target already: one reason, not two
     weak.meta["checks"]["input_mismatch"] = "inputs look mismatched"
-    assert [r["code"] for r in short_verdict(weak)["reasons"]] == ["input-mismatch"]
+    assert [r.code for r in short_verdict(weak).reasons] == ["input-mismatch"]
     # too few non-members for the headline figure: 500 x 1% = 5 expected false positives
     few = _result(n0=500, ci_low=0.01)
-    for o in few.outcomes:
-        o.metrics["auc_ci"] = [0.45, 0.55]
+    _set_auc_ci(few, (0.45, 0.55))
     verdict = short_verdict(few)
-    assert [r["code"] for r in verdict["reasons"]] == ["few-nonmembers"]
-    assert "audit with at least 1,000 non-members" in verdict["line"]
-    assert "Indicative only" not in verdict["line"]  # said once, as the reason
+    assert [r.code for r in verdict.reasons] == ["few-nonmembers"]
+    assert "audit with at least 1,000 non-members" in verdict.line
+    assert "Indicative only" not in verdict.line  # said once, as the reason
 
 
 def test_an_exposed_or_average_case_level_stands_whatever_the_fit() -> None:
@@ -246,31 +253,30 @@ def test_an_exposed_or_average_case_level_stands_whatever_the_fit() -> None:
                               "target_fit": {"train_accuracy": 0.1, "chance": 0.1,
                                              "floor": 0.19, "near_chance": True,
                                              "n_members": 2000}}
-    assert short_verdict(exposed)["level"] == "exposed"  # a leak found is a leak
+    assert short_verdict(exposed).level == "exposed"  # a leak found is a leak
 
 
 def test_a_model_free_attack_is_never_the_strongest() -> None:
     result = _result(n0=2000)
-    blind = result.outcome("b")
-    blind.cost = {"models": 0}  # as evaluate_bank records a model-free attack
+    result.outcomes = [dataclasses.replace(o, cost=AttackCost(models=0)) if o.name == "b" else o
+                       for o in result.outcomes]  # as evaluate_bank records a model-free attack
     order, key = ranked(result)
     assert order[-1].name == "b" and key == "0.01"
-    assert short_verdict(result)["attack"] != "b"
+    assert short_verdict(result).attack != "b"
     assert STRONGEST_MARK not in next(r for r in build_table(result).rows
                                       if r[0].startswith("b"))[0]
 
 
 def test_release_advice_follows_what_the_audit_did() -> None:
     weak = _result(n0=2000, ci_low=0.01)
-    for o in weak.outcomes:
-        o.metrics["auc_ci"] = [0.45, 0.55]
-    without = " ".join(make_verdict(weak, {"references": 0})["paragraphs"])
+    _set_auc_ci(weak, (0.45, 0.55))
+    without = " ".join(make_verdict(weak, {"references": 0}).paragraphs)
     assert "audit again with reference models (--references)" in without
-    with_refs = " ".join(make_verdict(weak, {"references": 4})["paragraphs"])
+    with_refs = " ".join(make_verdict(weak, {"references": 4}).paragraphs)
     assert "reference models (--references)" not in with_refs
     assert "more reference models trained exactly like the target" in with_refs
     assert "evidence, not proof, of privacy" not in with_refs
     average = _result(n0=2000, ci_low=0.01)
-    average.outcome("d").metrics["auc_ci"] = [0.97, 0.995]
-    text = " ".join(make_verdict(average, {"references": 4})["paragraphs"])
+    _set_auc_ci(average, (0.97, 0.995), "d")
+    text = " ".join(make_verdict(average, {"references": 4}).paragraphs)
     assert "audit again with reference models (--references)" not in text

@@ -54,7 +54,8 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
              "estimator": args.estimator, "predict": args.predict, "outputs": args.outputs,
              "public_outputs": args.public_outputs, "output_kind": args.output_kind,
              "hf_model": args.hf_model, "max_length": args.max_length,
-             "dp_epsilon": args.dp_epsilon, "dp_delta": args.dp_delta}
+             "dp_epsilon": args.dp_epsilon, "dp_delta": args.dp_delta,
+             "augment": split_names(args.augment)}
     mapping = options_mapping(
         model, dataset=args.data,
         data_options=args.data_options and _mapping(args.data_options, "--data-options"),
@@ -112,6 +113,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the model's DP claim: ε (with --dp-delta); the audit's empirical ε "
                         "lower bounds are set beside it")
     g.add_argument("--dp-delta", type=float, help="the model's DP claim: δ (with --dp-epsilon)")
+    g.add_argument("--augment", help="how the model was trained: its augmentation, comma-"
+                   "separated recipe steps (crop,mirror); --queries auto replays it")
     g.add_argument("--estimator", help="scikit-learn estimator with predict_proba (joblib)")
     g.add_argument("--predict", help="black box: 'package.module:function', X -> [n, classes]")
     g.add_argument("--outputs", help="black box: .npz/.csv/.parquet of logits or probabilities")
@@ -145,7 +148,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="train references on fewer rows than the target when the public "
                         "data is too small (refused otherwise; the report warns)")
     r.add_argument("--queries", help="comma-separated: plain, mirror, crop-flip-K (images), "
-                   "token-dropout-K, adjacent-swap-K (texts)")
+                   "token-dropout-K, adjacent-swap-K (texts); default auto: plain, or with "
+                   "--augment (or a --recipe augment) the attacks' augmented views")
     r.add_argument("--no-grad-norm", action="store_true", help="skip per-sample gradients")
     r.add_argument("--boundary-distance", action="store_true", help="HopSkipJump (slow)")
     r.add_argument("--attacks", help="comma-separated attack names (default: all)")

@@ -11,7 +11,7 @@ import numpy as np
 
 from miaudit.attacks import get_attack
 from miaudit.errors import ConfigError, DataError
-from miaudit.external.audit_config import AuditConfig
+from miaudit.external.audit_config import AuditConfig, audit_signals
 from miaudit.external.data import AuditData, other_preprocessing
 from miaudit.external.hf_folder import lm_fit
 from miaudit.external.references import References
@@ -181,7 +181,7 @@ def build_audit_bank(
     progress: bool = True,
 ) -> AuditBank:
     """Query the target and the references on every bank row; white-box channels if possible."""
-    queries = list(cfg.signals.queries)
+    queries, grad_norm = audit_signals(cfg, data.kind, target.kind)  # auto: as a run's rule
     notes: list[str] = []
     population_reason = None
     n_rows = len(data.labels)
@@ -201,7 +201,7 @@ def build_audit_bank(
     rows = np.arange(n_rows)
     target_model = (_target_logits(target, data, n_rows) if target.kind == "outputs"
                     else target.module)
-    spec = SignalSpec(queries=tuple(queries), grad_norm=cfg.signals.grad_norm is not False,
+    spec = SignalSpec(queries=tuple(queries), grad_norm=grad_norm,
                       boundary_distance=cfg.signals.boundary_distance,
                       batch_size=cfg.signals.batch_size, seed=cfg.seed)
     signals = query_signals([target_model, *refs.modules], data.features, data.labels, rows,

@@ -9,6 +9,11 @@ Both front doors build their config here: :func:`options_mapping` turns the opti
 (``miaudit audit``'s flags, :func:`miaudit.audit`'s arguments) into a mapping, and
 :func:`resolve` lays the mappings over each other (a config file, flags, the API's
 ``options``) into one validated :class:`AuditConfig`.
+
+The settings `miaudit run` has too are spelled and defaulted as in its
+:class:`~miaudit.config.RunConfig` (the ``signals`` rule for ``auto`` is
+:func:`miaudit.config.resolve_queries` / :func:`~miaudit.config.resolve_grad_norm` in both);
+tests/external/test_audit_config.py lists them.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ from typing import Any
 
 import yaml
 
-from miaudit.config import MetricsConfig, build_config
+from miaudit.config import (
+    AUTO,
+    MetricsConfig,
+    build_config,
+    check_signals,
+    resolve_grad_norm,
+    resolve_queries,
+)
 from miaudit.errors import ConfigError
 
 OUTPUT_KINDS = ("auto", "logits", "probabilities")
@@ -50,6 +62,12 @@ class ModelSection:
     # sets each attack's empirical ε lower bound beside it and says whether one refutes it.
     dp_epsilon: float | None = None
     dp_delta: float | None = None
+    augment: list[Any] | None = None
+    """How the model was trained: its augmentation steps, as a recipe's ``augment`` ([crop,
+    mirror], ...; image data). `signals.queries: auto` replays the training augmentation, as a
+    run replays its recipe's: declared, images are queried with the views the attacks' papers
+    use (plain + mirror; RAPID's 8); None: ``references.recipe``'s ``augment`` when it states
+    one (the recipe you state is how the model trained), else none (plain queries only)."""
     # An in-memory model from the Python API (miaudit.audit): a fitted estimator with
     # predict_proba, an nn.Module (then `module` may name its class, for reference models) or
     # a function X -> outputs. A file cannot hold one: audit.yaml records what it was.
@@ -95,11 +113,24 @@ class ReferencesSection:
 
 @dataclass
 class SignalsSection:
-    # plain | mirror | crop-flip-K (images) | token-dropout-K | adjacent-swap-K (texts)
-    queries: list[str] = field(default_factory=lambda: ["plain"])
-    grad_norm: bool | None = None  # per-sample gradient norms; default: on (white-box models)
+    """As a run's :class:`~miaudit.config.SignalsConfig` (without output defences): the same
+    keys, defaults and ``auto`` rule."""
+
+    # plain | mirror | crop-flip-K (images) | token-dropout-K | adjacent-swap-K (texts), or auto
+    queries: list[str] | str = AUTO
+    """As :attr:`miaudit.config.SignalsConfig.queries`: ``auto`` replays the training
+    augmentation, here ``model.augment`` (else ``references.recipe``'s): declared, images get
+    plain + mirror (RAPID's 8); not declared (the default), plain only. Precomputed outputs
+    hold one query: plain."""
+    grad_norm: bool | str = AUTO
+    """As :attr:`miaudit.config.SignalsConfig.grad_norm`: ``auto`` computes gradient norms
+    when an attack to run reads them (every attack without ``attacks``), on white-box
+    models."""
     boundary_distance: bool = False  # label-only HopSkipJump distances (slow)
     batch_size: int = 1024
+
+    def __post_init__(self) -> None:
+        self.queries, self.grad_norm = check_signals(self.queries, self.grad_norm)
 
 
 @dataclass
@@ -111,12 +142,16 @@ class AuditConfig:
     public: PublicSection = field(default_factory=PublicSection)
     references: ReferencesSection = field(default_factory=ReferencesSection)
     signals: SignalsSection = field(default_factory=SignalsSection)
-    attacks: list[str] | None = None  # default: every attack; those that cannot run are listed
+    attacks: list[str] | None = None
+    """Default: every attack the audit permits, those that cannot run listed with the reason
+    (an audit cannot choose its models, so it tries all). `miaudit run` differs on purpose: it
+    scores the attacks it lists, each of which must run, by default the five threshold
+    attacks."""
     attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     exposed: int = 20  # training samples in the exposure ranking
     data_dir: str | None = None  # datasets folder; default $MIAUDIT_DATA_DIR or ~/.cache
-    device: str = "auto"
+    device: str = "auto"  # auto | cpu | cuda[:N]
     output: str | None = None  # run directory; default runs/<name>
     cache_dir: str | None = None  # model cache; default $MIAUDIT_CACHE_DIR or ~/.cache
 
@@ -230,8 +265,15 @@ def _check(cfg: AuditConfig) -> None:
     need(cfg.attacks is None or (isinstance(cfg.attacks, list)
                                  and all(isinstance(a, str) for a in cfg.attacks)),
          "attacks must be a list of attack names (see `miaudit attacks`).")
-    need(isinstance(cfg.signals.queries, list) and len(cfg.signals.queries) >= 1,
-         "signals.queries must be a non-empty list, e.g. [plain, mirror].")
+    if cfg.signals is None:  # `signals:` left empty in the YAML
+        cfg.signals = SignalsSection()
+    if m.augment is not None:  # before the model loads
+        from miaudit.train.augment import normalize_augmentation
+
+        try:
+            normalize_augmentation(m.augment)
+        except ConfigError as exc:
+            raise ConfigError(f"model.augment: {exc}") from exc
     need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
          f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
     need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
@@ -274,6 +316,33 @@ def _check_instance(m: ModelSection, given: list[str]) -> None:
             "an in-memory model is the model: do not also give "
             f"{', '.join(others + (['model.weights'] if m.weights else []))}."
         )
+
+
+def training_augment(cfg: AuditConfig) -> tuple[list[Any], str]:
+    """The audited model's training augmentation as declared (``model.augment``, else
+    ``references.recipe``'s ``augment``; none: []) and the key that declares it."""
+    if cfg.model.augment is not None:
+        return list(cfg.model.augment), "model.augment"
+    recipe = cfg.references.recipe or {}
+    return list(recipe.get("augment") or []), "references.recipe.augment"
+
+
+def audit_signals(cfg: AuditConfig, kind: str, target_kind: str) -> tuple[list[str], bool]:
+    """The queries and whether to compute gradient norms, for data of `kind` and a target of
+    `target_kind` (``outputs``: precomputed, one query): ``signals`` as given, ``auto`` by the
+    rule a run follows (:func:`miaudit.config.resolve_queries`, with the declared training
+    augmentation; :func:`~miaudit.config.resolve_grad_norm` with the attacks to run, every
+    attack when none are named)."""
+    from miaudit.attacks import list_attacks
+
+    attacks = cfg.attacks if cfg.attacks is not None else [s.name for s in list_attacks()]
+    augment, where = training_augment(cfg)
+    if augment and kind != "image" and where == "model.augment":  # (a recipe's: references)
+        raise ConfigError(f"model.augment names image augmentation steps; the audit data are "
+                          f"{'texts' if kind in ('text', 'tokens') else kind}: remove it.")
+    queryable = target_kind != "outputs"  # precomputed outputs hold the plain query only
+    queries = resolve_queries(cfg.signals.queries, kind, attacks, augment if queryable else [])
+    return queries, resolve_grad_norm(cfg.signals.grad_norm, attacks)
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

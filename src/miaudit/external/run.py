@@ -13,7 +13,7 @@ from miaudit.attacks import get_attack
 from miaudit.attacks.registry import check_attack_params
 from miaudit.errors import ConfigError
 from miaudit.external.audit_bank import bank_summary, build_audit_bank, skip_reasons
-from miaudit.external.audit_config import AuditConfig, dump_audit_config
+from miaudit.external.audit_config import AuditConfig, audit_signals, dump_audit_config
 from miaudit.external.data import AuditData, build_audit_data
 from miaudit.external.exposed import exposure_csv, rank_exposed, thumbnail_figure
 from miaudit.external.hf_folder import default_attacks, hf_task, load_hf_target, reference_note
@@ -81,7 +81,7 @@ def _meta(cfg: AuditConfig, data: AuditData, target: Target, refs: References,
         "reference_recipe": refs.recipe,
         "references_trained": refs.trained,
         "references_from_cache": refs.reused,
-        "queries": ", ".join(cfg.signals.queries),
+        "queries": ", ".join(audit_signals(cfg, data.kind, target.kind)[0]),  # auto resolved
         **(target.hf.meta() if target.hf is not None else {}),
         "device": device,
         "seconds": round(seconds, 1),
@@ -131,7 +131,7 @@ def run_audit(
     if echo:
         verdict = result.meta["verdict"]
         print(format_table(result))
-        said = " ".join(verdict.get("caveats") or []).lower()
+        said = " ".join(verdict.caveats).lower()
         notes = [n for n in result.meta["warnings"]
                  if n.lower() not in said]  # else a caveat of the statement below says it
         for note in notes:
@@ -141,7 +141,7 @@ def run_audit(
         print(verdict_text(verdict))
         rows = (result.meta.get("exposure") or {}).get("rows") or []
         if rows:
-            print(f"Most exposed training samples ({verdict['attack']}; all in exposed.csv):")
+            print(f"Most exposed training samples ({verdict.attack}; all in exposed.csv):")
             for r in rows[:5]:
                 print(f"  #{r['rank']}  row {r['row']:>6}  label {r['label']}  "
                       f"score {r['score']:.4g}  flagged at FPR {100 * r['flagged_at_fpr']:.3g}%")
@@ -167,6 +167,7 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
     else:
         target = load_target(cfg.model, data.input_shape, data.num_classes,
                              data.features[:64])
+    audit_signals(cfg, data.kind, target.kind)  # a model.augment for no images: before references
     cache_root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     refs = reference_models(cfg, target, data, cache_root, device, progress)
     built = build_audit_bank(cfg, target, refs, data, device, progress)
@@ -192,15 +193,15 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
         "privacy": privacy_line(result), "split": split_line(result),
     })
     figures = {}
-    if verdict.get("attack"):
+    if verdict.attack:
         predicted = (None if target.causal_lm  # an LM predicts tokens, not the label
                      else built.bank.logits[0, : data.n_audit, 0].argmax(axis=-1))
-        ranked = rank_exposed(result, verdict["attack"], data, int(data.members.sum()), predicted)
+        ranked = rank_exposed(result, verdict.attack, data, int(data.members.sum()), predicted)
         top = ranked[: cfg.exposed]
-        result.meta["exposure"] = {"attack": verdict["attack"],
+        result.meta["exposure"] = {"attack": verdict.attack,
                                    "n_members": int(data.members.sum()), "rows": top}
         write_text(out / "exposed.csv", exposure_csv(ranked))
-        figure = thumbnail_figure(top, data, verdict["attack"])
+        figure = thumbnail_figure(top, data, verdict.attack)
         if figure is not None:
             figures[EXPOSURE_FIGURE] = figure
     result.meta["verdict"] = verdict
@@ -209,7 +210,7 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
     result.meta["warnings"] = [*data.notes, *target.notes, *refs.notes, *built.notes]
     text = verdict_text(verdict)
     write_text(out / "verdict.txt", text)
-    write_json(out / "verdict.json", verdict)
+    write_json(out / "verdict.json", verdict.to_dict())
     written = ["audit.yaml", "bank.npz", "verdict.txt", "verdict.json"]
     if result.meta.get("exposure"):
         written.append("exposed.csv")

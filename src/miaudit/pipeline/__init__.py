@@ -28,7 +28,7 @@ _EXPORTS = {
     "resolve_device": "miaudit.runtime.devices",
     "BuiltBank": "miaudit.pipeline.querying",
     "build_bank": "miaudit.pipeline.querying",
-    "default_queries": "miaudit.pipeline.querying",
+    "default_queries": "miaudit.config",
     "query_bank": "miaudit.pipeline.querying",
     "EpsilonPlan": "miaudit.privacy.attack_bounds",
     "privacy_audit": "miaudit.privacy.attack_bounds",

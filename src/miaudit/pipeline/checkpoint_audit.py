@@ -36,7 +36,7 @@ def summary_row(
     acc = result.meta["models"][result.meta["target"]]
     attacks = {}
     for o in result.outcomes:
-        metrics = o.summary.to_dict()
+        metrics = o.metrics.to_dict()
         attacks[o.name] = {key: metrics[key] for key in ROW_METRICS}
     privacy = getattr(target, "privacy", None) or {}
     return {

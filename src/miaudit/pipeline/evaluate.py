@@ -15,8 +15,9 @@ from miaudit.attacks.registry import AttackRun, ThresholdRows, check_attack_para
 from miaudit.config import CanariesConfig, MetricsConfig
 from miaudit.errors import AttackError
 from miaudit.pipeline.split_check import split_shifted
-from miaudit.privacy.attack_bounds import MODEL_FREE_REASON, EpsilonPlan, privacy_audit
-from miaudit.records.outcomes import AttackOutcome, AuditResult
+from miaudit.privacy.attack_bounds import MODEL_FREE_REASON, EpsilonPlan
+from miaudit.privacy.best_bound import privacy_audit
+from miaudit.records.outcomes import AttackCost, AttackMetrics, AttackOutcome, AuditResult
 from miaudit.runtime.progress import progress_bar
 from miaudit.signals import SignalBank
 
@@ -169,10 +170,11 @@ def evaluate_bank(
     on the audit samples at the δ of `target_privacy` (a DP-SGD target's privacy record, the
     claim audited; else ``metrics.epsilon_delta``), and on a bank with canaries the one-run
     and threshold bounds on them (`canaries`: guesses, α, δ; default CanariesConfig()).
-    `meta["privacy_audit"]` names the best bound, Bonferroni-corrected over all of them, and
-    what it says of the claim: ``membership`` ("miaudit", "user" or "unknown") is who drew the
-    audit samples' membership (a threshold bound refutes a claim with a proof only when miaudit
-    drew it at random; :func:`miaudit.privacy.attack_bounds.claim_finding`). A model-free attack
+    `meta["privacy_audit"]` (a :class:`~miaudit.privacy.audit_record.PrivacyAudit`) names the
+    best bound, Bonferroni-corrected over all of them, and what it says of the claim:
+    ``membership`` ("miaudit", "user" or "unknown") is who drew the audit samples' membership
+    (a threshold bound refutes a claim with a proof only when miaudit drew it at random;
+    :func:`miaudit.privacy.audit_record.claim_finding`). A model-free attack
     (``blind``) gets no bound: it says nothing about the model.
 
     `meta["checks"]`: ``split`` (``split_check``, the record of
@@ -214,31 +216,29 @@ def evaluate_bank(
         started = time.perf_counter()
         threshold = attack_threshold(result, view, params) if thresholds else None
         threshold_seconds = time.perf_counter() - started
-        metric = metrics.evaluate(
+        metric = AttackMetrics.from_dict(metrics.evaluate(
             scores, members, fprs=metric_cfg.fprs, n_bootstrap=metric_cfg.bootstrap,
             confidence=metric_cfg.confidence, seed=seed, threshold=threshold,
             recalls=metric_cfg.recalls,
-        )
-        metric.update(plan.no_bounds(MODEL_FREE_REASON) if spec.model_free
-                      else plan.bounds(result.scores))
+        )).with_bounds(plan.no_bounds(MODEL_FREE_REASON) if spec.model_free
+                       else plan.bounds(result.scores))
         uses_references = any(
             (spec.needs.out_references, spec.needs.in_references, spec.needs.shadows)
         )
         used = [] if spec.model_free else (
             [target] + (list(view.reference_ids) if uses_references else []))
-        cost = {
-            "models": len(used),
-            "queries_per_sample": round(spec.queries_per_sample(view), 1),
-            "score_seconds": round(result.seconds, 4),
-        }
-        if thresholds:  # the attack run again with a reference as target, unless it scored
-            # public rows of its own (a scorer's held-out shadow rows): then ~0
-            cost["threshold_seconds"] = round(threshold_seconds, 4)
-        if train_seconds is not None:
-            cost["train_seconds"] = round(float(sum(train_seconds[m] for m in used)), 2)
+        cost = AttackCost(
+            models=len(used),
+            queries_per_sample=round(spec.queries_per_sample(view), 1),
+            score_seconds=round(result.seconds, 4),
+            # the attack run again with a reference as target, unless it scored public rows
+            # of its own (a scorer's held-out shadow rows): then ~0
+            threshold_seconds=round(threshold_seconds, 4) if thresholds else None,
+            train_seconds=(None if train_seconds is None else
+                           round(float(sum(train_seconds[m] for m in used)), 2)),
+        )
         outcomes.append(AttackOutcome(name=name, scores=scores, metrics=metric, cost=cost))
-    settings = plan.settings()
-    settings["split_shifted"] = split_shifted(split_check, outcomes, metric_cfg.confidence)
+    settings = plan.settings(split_shifted(split_check, outcomes, metric_cfg.confidence))
     return AuditResult(
         indices=np.nonzero(bank.audit)[0], members=members, outcomes=outcomes,
         meta={"target": target, "models": model_accuracies(bank), "skipped": skipped,

@@ -12,7 +12,12 @@ import numpy as np
 
 from miaudit.attacks import get_attack
 from miaudit.attacks.registry import augmented_queries_problem
-from miaudit.config import RunConfig
+from miaudit.config import (
+    RunConfig,
+    recipe_fields,
+    resolve_grad_norm,
+    resolve_queries,
+)
 from miaudit.data import Dataset, load_dataset
 from miaudit.errors import ConfigError
 from miaudit.pipeline.models import forgetting_models, resolve_recipes, train_design
@@ -26,23 +31,8 @@ from miaudit.signals.assemble import (
     query_signals,
     require_channels,
 )
-from miaudit.signals.query import augmented_queries, text_queries
 from miaudit.train import ModelCache, TrainedModel
 from miaudit.train.model_cache import default_cache_dir
-
-
-def default_queries(kind: str, attacks: list[str]) -> list[str]:
-    """Queries of a run that does not list them: plain for tabular data; for images, the
-    largest number of augmented queries any of the run's attacks' papers makes (plain and
-    mirror; 8 with RAPID: plain, mirror and 6 crop + flip draws); for token ids (text), plain,
-    or RAPID's count of seeded token perturbations (token dropout, adjacent swaps) when an
-    attack's paper makes more than the image pair."""
-    wanted = [get_attack(a).image_queries for a in attacks]
-    if kind == "tokens":
-        return text_queries(max([q for q in wanted if q > 2] + [1]))
-    if kind != "image":
-        return ["plain"]
-    return augmented_queries(max(wanted + [2]))
 
 
 @dataclass
@@ -67,7 +57,7 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     """Train or load every model of the design and query them into a bank."""
     device = resolve_device(cfg.device)
     check_canaries(cfg)  # a design that can never certify ε > 0 fails before any work
-    dataset = load_dataset(cfg.dataset.name, cfg.dataset.data_dir, **cfg.dataset.options)
+    dataset = load_dataset(cfg.dataset.name, cfg.data_dir, **cfg.dataset.options)
     notes, texts = [], None
     check_lm_recipes(cfg, dataset.kind)
     split = make_split(
@@ -84,7 +74,8 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
         notes += [cut] if cut else []
         recipes = resolve_recipes(cfg)
         check_vocabulary(dataset.features, [recipes.target, recipes.reference])
-    queries = cfg.signals.queries or default_queries(dataset.kind, cfg.attacks)
+    queries = resolve_queries(cfg.signals.queries, dataset.kind, cfg.attacks,
+                              recipe_fields(cfg)[0].get("augment"))  # auto: the recipe's
     check_query_needs(cfg.attacks, queries)  # before any model trains
     design = make_design(split, cfg.models, cfg.design, cfg.seed, cfg.target, cfg.split.members)
     cache = ModelCache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
@@ -140,7 +131,8 @@ def check_lm_recipes(cfg: RunConfig, kind: str) -> None:
 
 def signal_spec(cfg: RunConfig, queries: list[str]) -> SignalSpec:
     """The run config's signals section as the assembly's spec."""
-    return SignalSpec(queries=tuple(queries), grad_norm=cfg.signals.grad_norm,
+    return SignalSpec(queries=tuple(queries),
+                      grad_norm=resolve_grad_norm(cfg.signals.grad_norm, cfg.attacks),
                       boundary_distance=cfg.signals.boundary_distance,
                       defence=cfg.signals.defence, batch_size=cfg.signals.batch_size,
                       seed=cfg.seed)

@@ -3,6 +3,7 @@ written, all into a staging folder that becomes the run directory only on succes
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.pipeline.models import resolve_recipes
 from miaudit.pipeline.querying import BuiltBank, build_bank
 from miaudit.pipeline.split_check import split_check
-from miaudit.privacy.attack_bounds import privacy_audit
+from miaudit.privacy.best_bound import privacy_audit
 from miaudit.privacy.run_canaries import canaries_csv, check_canaries
 from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.records.run_dir import StagedRunDir
@@ -43,9 +44,7 @@ def _forgetting_outcomes(cfg: RunConfig, built: BuiltBank) -> list[AttackOutcome
         train_seconds=seconds, skip_unsupported=True, target_privacy=target.privacy,
         canaries=cfg.canaries, membership="miaudit",
     )
-    for outcome in result.outcomes:
-        outcome.name = f"{outcome.name}.forgetting"
-    return result.outcomes
+    return [dataclasses.replace(o, name=f"{o.name}.forgetting") for o in result.outcomes]
 
 
 def _split_check(cfg: RunConfig, built: BuiltBank) -> dict[str, Any] | None:
@@ -109,13 +108,14 @@ def _run_into(
     )
     result.outcomes += _forgetting_outcomes(cfg, built)
     # the best bound again, over the forgetting outcomes' bounds too (Bonferroni over all)
-    result.meta["privacy_audit"] = privacy_audit(result.outcomes, result.meta["privacy_audit"])
+    audit = privacy_audit(result.outcomes, result.meta["privacy_audit"])
     written = ["config.yaml", "bank.npz"]
     if built.design.split.canaries.size:
-        result.meta["privacy_audit"]["canaries"]["kind"] = cfg.canaries.kind
+        audit = audit.with_canary_kind(cfg.canaries.kind)
         write_text(out / "canaries.csv",
                    canaries_csv(built.design, built.dataset, built.original or built.dataset))
         written.append("canaries.csv")
+    result.meta["privacy_audit"] = audit
     result.meta.update({
         "recipes": resolve_recipes(cfg).describe(),
         "run": cfg.name,

@@ -252,7 +252,7 @@ def model_free_evidence(split: dict[str, Any] | None, outcomes: Sequence[Any],
                         confidence: float) -> list[dict[str, Any]]:
     """Every model-free measurement of the split, strongest AUC first: the split check
     (``split``, its record) and each model-free attack among ``outcomes`` (one that read no
-    model, ``cost["models"] == 0``: the ``blind`` baseline), as ``{"source", "auc",
+    model, ``cost.models == 0``: the ``blind`` baseline), as ``{"source", "auc",
     "p_value", "shifted", "tpr_at_fpr"}``. ``confidence``: of the attacks' AUC intervals."""
     found = []
     if split and "metrics" in split:
@@ -263,17 +263,18 @@ def model_free_evidence(split: dict[str, Any] | None, outcomes: Sequence[Any],
     for o in outcomes:
         if not is_model_free(o):
             continue
-        p = auc_p_value(o.metrics.get("auc"), o.metrics.get("auc_ci"), confidence)
-        found.append({"source": f"the model-free attack {o.name}", "auc": o.metrics.get("auc"),
+        met = o.metrics  # an AttackMetrics (miaudit.records.outcomes)
+        p = auc_p_value(met.auc, met.auc_ci, confidence)
+        found.append({"source": f"the model-free attack {o.name}", "auc": met.auc,
                       "p_value": p, "shifted": bool(p is not None and p < SHIFT_P_VALUE),
-                      "tpr_at_fpr": o.metrics.get("tpr_at_fpr") or {}})
+                      "tpr_at_fpr": {repr(t.fpr): t.tpr for t in met.tpr}})
     return sorted(found, key=lambda e: -(e["auc"] or 0.0))
 
 
 def is_model_free(outcome: Any) -> bool:
     """An attack outcome that read no model (its cost's ``models`` is 0): it measures the
     split, never the model."""
-    return (outcome.cost or {}).get("models") == 0
+    return bool(outcome.cost.models == 0)
 
 
 def split_shifted(split: dict[str, Any] | None, outcomes: Sequence[Any],

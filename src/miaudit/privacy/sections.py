@@ -2,9 +2,10 @@
 best empirical lower bound (and the best μ-GDP lower bound), and per attack the bounds with
 what each rests on.
 
-Reads ``result.meta["privacy_audit"]`` (:func:`miaudit.privacy.attack_bounds.privacy_audit`) and the
-attacks' metrics; computes nothing. The per-attack bounds each hold at 1 − α on their own; the
-best is the one recounted at α / K over the K bounds compared (Bonferroni), and says so.
+Reads ``result.meta["privacy_audit"]`` (a :class:`~miaudit.privacy.audit_record.PrivacyAudit`,
+:func:`miaudit.privacy.best_bound.privacy_audit`) and the attacks' metrics; computes nothing.
+The per-attack bounds each hold at 1 − α on their own; the best is the one recounted at α / K
+over the K bounds compared (Bonferroni), and says so.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from miaudit.privacy.audit_record import BestBound, PrivacyAudit
 from miaudit.privacy.results import (
     CANARY_EPSILON_LOWER_BOUND,
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
@@ -24,7 +26,7 @@ from miaudit.privacy.results import (
     REFUTED,
     WITHHELD,
 )
-from miaudit.records.outcomes import AuditResult
+from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.report.formatting import fmt_epsilon
 
 # the words for each bound, where a sentence names one
@@ -46,9 +48,13 @@ EPSILON_OF_MU = {mu: eps for eps, mu in GAUSSIAN_DP_OF.items()}
 MU_KEYS = tuple(EPSILON_OF_MU)
 
 
-def privacy_audit(result: AuditResult) -> dict[str, Any] | None:
+def privacy_audit(result: AuditResult) -> PrivacyAudit | None:
+    """The run's privacy audit (None when it computed none); a dict (summary.json's
+    ``privacy_audit``, as older callers stored it) is read as one."""
     audit = (result.meta or {}).get("privacy_audit")
-    return audit if isinstance(audit, dict) else None
+    if isinstance(audit, dict):
+        return PrivacyAudit.from_dict(audit)
+    return audit if isinstance(audit, PrivacyAudit) else None
 
 
 def confidence(alpha: float) -> str:
@@ -68,23 +74,23 @@ def privacy_line(result: AuditResult) -> str | None:
     audit = privacy_audit(result)
     if audit is None:
         return None
-    claim, best = audit.get("claimed"), audit.get("best")
-    head = (f"claimed ε {fmt_epsilon(claim['epsilon'])} (δ {claim['delta']:g})" if claim
+    claim, best = audit.settings.claimed, audit.best
+    head = (f"claimed ε {fmt_epsilon(claim.epsilon)} (δ {claim.delta:g})" if claim
             else "no DP claim recorded for the target")
     mu = mu_sentence(audit)
     if best is None:
         return f"Privacy: {head}; no attack gave an ε lower bound." + mu
-    over = _over(audit.get("bounds_compared") or 0, best["family_alpha"])
-    if best["epsilon"] <= 0:  # nothing to name: every bound is 0
+    over = _over(audit.bounds_compared, best.family_alpha)
+    if best.epsilon <= 0:  # nothing to name: every bound is 0
         return f"Privacy: {head}; no attack certifies ε > 0 ({over})." + mu
-    line = (f"Privacy: {head}; best empirical lower bound {fmt_epsilon(best['epsilon'])} at "
-            f"δ {best['delta']:g} ({best['attack']}, {BOUND_WORDS[best['bound']]}; {over}).")
-    if claim:
-        line += " " + CLAIM_WORDS[_finding(audit)]
+    line = (f"Privacy: {head}; best empirical lower bound {fmt_epsilon(best.epsilon)} at "
+            f"δ {best.delta:g} ({best.attack}, {BOUND_WORDS[best.kind]}; {over}).")
+    if claim and audit.claim_finding in CLAIM_WORDS:
+        line += " " + CLAIM_WORDS[audit.claim_finding]
     return line + mu
 
 
-# what the best bound says of the claim (pipeline.epsilon.claim_finding), in words
+# what the best bound says of the claim (miaudit.privacy.audit_record.claim_finding), in words
 CLAIM_WORDS = {
     REFUTED: "It exceeds the claimed ε: the privacy claim does not hold.",
     EVIDENCE_AGAINST: (
@@ -99,40 +105,32 @@ CLAIM_WORDS = {
 }
 
 
-def _finding(audit: dict[str, Any]) -> str:
-    """The audit's claim finding; results written before it was recorded: refuted or not."""
-    finding = audit.get("claim_finding")
-    if finding in CLAIM_WORDS:
-        return finding
-    return REFUTED if audit.get("refutes_claim") else NOT_EXCEEDED
-
-
-def mu_sentence(audit: dict[str, Any]) -> str:
+def mu_sentence(audit: PrivacyAudit) -> str:
     """' Gaussian DP: best μ lower bound 1.2 (rmia, threshold test on the audit samples; 95%
     over 3 bounds, Bonferroni), ε ≈ 3.1 at δ 1e-05 if the trade-off curve is Gaussian (an
     estimate).' with its leading space; '' when the run has no μ bound (δ = 0, or results
     written before runs had one)."""
-    best = audit.get("best_mu")
-    if not best:
+    best: BestBound | None = audit.best_mu
+    if best is None or best.mu is None:
         return ""
-    over = _over(audit.get("mu_bounds_compared") or 0, best["family_alpha"])
-    if best["mu"] <= 0:
+    over = _over(audit.mu_bounds_compared, best.family_alpha)
+    if best.mu <= 0:
         return f" Gaussian DP: no attack certifies μ > 0 ({over})."
-    return (f" Gaussian DP: best μ lower bound {fmt_epsilon(best['mu'])} ({best['attack']}, "
-            f"{BOUND_WORDS[best['bound']]}; {over}), ε ≈ {fmt_epsilon(best['epsilon'])} at "
-            f"δ {best['delta']:g} if the trade-off curve is Gaussian (an estimate).")
+    return (f" Gaussian DP: best μ lower bound {fmt_epsilon(best.mu)} ({best.attack}, "
+            f"{BOUND_WORDS[best.kind]}; {over}), ε ≈ {fmt_epsilon(best.epsilon)} at "
+            f"δ {best.delta:g} if the trade-off curve is Gaussian (an estimate).")
 
 
-def bound_cell(outcome: Any, key: str) -> str:
+def bound_cell(outcome: AttackOutcome, key: str) -> str:
     """A bound's figure in a table cell (ε, or μ for a Gaussian-DP bound); '-' without one."""
-    record = getattr(outcome.summary, key)
+    record = getattr(outcome.metrics, key)
     return "-" if record is None else fmt_epsilon(record.value)
 
 
 def table_columns(result: AuditResult) -> list[tuple[str, str]]:
     """The (metrics key, header) of the ε columns of the results table that some attack has."""
     return [(key, header) for key, header in TABLE_COLUMNS
-            if any(getattr(o.summary, key) is not None for o in result.outcomes)]
+            if any(getattr(o.metrics, key) is not None for o in result.outcomes)]
 
 
 def epsilon_legend(headers: list[str]) -> str:
@@ -148,13 +146,15 @@ def epsilon_legend(headers: list[str]) -> str:
 def column_support(result: AuditResult, key: str) -> str:
     """What an ε column's figures rest on, for the table's subheader: '95%, δ 1e-05' ('95%'
     for μ, which needs no δ)."""
-    audit = privacy_audit(result) or {}
-    where = (audit.get("canaries") or {}) if key == ONE_RUN else audit
-    if "alpha" not in where:
+    audit = privacy_audit(result)
+    if audit is None:
+        return ""
+    where: Any = audit.settings.canaries if key == ONE_RUN else audit.settings
+    if where is None:
         return ""
     if key in MU_KEYS:
-        return confidence(where["alpha"])
-    return f"{confidence(where['alpha'])}, δ {where['delta']:g}"
+        return confidence(where.alpha)
+    return f"{confidence(where.alpha)}, δ {where.delta:g}"
 
 
 def missing_notes(result: AuditResult) -> list[str]:
@@ -163,7 +163,7 @@ def missing_notes(result: AuditResult) -> list[str]:
     why: the same halves)."""
     notes = []
     for o in result.outcomes:
-        m = o.summary
+        m = o.metrics
         for key, words in BOUND_WORDS.items():
             record = getattr(m, key)
             if record is None or record.bound is not None:
@@ -195,8 +195,9 @@ def privacy_section(result: AuditResult) -> PrivacySection | None:
     audit, line = privacy_audit(result), privacy_line(result)
     if audit is None or line is None:
         return None
-    canaries = audit.get("canaries")
-    has = {key: any(getattr(o.summary, key) is not None for o in result.outcomes)
+    settings = audit.settings
+    canaries = settings.canaries
+    has = {key: any(getattr(o.metrics, key) is not None for o in result.outcomes)
            for key in MU_KEYS}
     header = ["attack", "ε lb (audit)", "FP / n₀", "FN / n₁"]
     header += ["μ lb (audit)", "ε est. (μ)"] if has[GAUSSIAN_DP_LOWER_BOUND] else []
@@ -206,7 +207,7 @@ def privacy_section(result: AuditResult) -> PrivacySection | None:
         header += ["ε one-run", "m", "k₊", "k₋", "r", "v", "α", "δ"]
     rows = []
     for o in result.outcomes:
-        m = o.summary
+        m = o.metrics
         audit_lb = m.epsilon_lower_bound
         b = None if audit_lb is None else audit_lb.bound
         row = [o.name, bound_cell(o, EPSILON_LOWER_BOUND),
@@ -228,9 +229,9 @@ def privacy_section(result: AuditResult) -> PrivacySection | None:
         rows.append(row)
     legend = [
         f"ε lb: the ε an attack's threshold test certifies (Clopper–Pearson, "
-        f"{confidence(audit['alpha'])} on its own, δ {audit['delta']:g} from "
-        f"{audit['delta_source']}); τ chosen on a seeded half of the samples (seed "
-        f"{audit['split_seed']}), FP and FN counted on the other half.",
+        f"{confidence(settings.alpha)} on its own, δ {settings.delta:g} from "
+        f"{settings.delta_source}); τ chosen on a seeded half of the samples (seed "
+        f"{settings.split_seed}), FP and FN counted on the other half.",
     ]
     if any(has.values()):
         legend.append(
@@ -242,12 +243,12 @@ def privacy_section(result: AuditResult) -> PrivacySection | None:
         )
     if canaries:
         legend.append(
-            f"Canaries: {canaries['count']} ({canaries.get('kind', 'canaries')}), "
-            f"{canaries['included']} in the target's training set (each with probability ½); "
+            f"Canaries: {canaries.count} ({canaries.kind or 'canaries'}), "
+            f"{canaries.included} in the target's training set (each with probability ½); "
             f"one-run (Steinke, Nasr & Jagielski 2023): IN guesses on the k₊ highest scores, "
             f"OUT on the k₋ lowest, r guesses, v right; α per (k₊, k₋) candidate "
-            f"({len(canaries['guesses'])} fixed in advance, Bonferroni), δ from "
-            f"{canaries['delta_source']}."
+            f"({len(canaries.guesses)} fixed in advance, Bonferroni), δ from "
+            f"{canaries.delta_source}."
         )
     legend.append("A best bound over several attacks holds only with each recounted at α / K "
                   "(the line above); a single attack's bound holds at 1 − α on its own.")

@@ -1,14 +1,17 @@
 """Result types shared by the pipeline, the `attack` command, the report and the Python API.
 
-The report only reads these; it never recomputes an attack. An attack's metrics travel as the
-dict :func:`miaudit.metrics.evaluate` returns (``AttackOutcome.metrics``, written to
-metrics.json as is); :class:`AttackMetrics` is the same content typed
-(``AttackOutcome.summary``), and :meth:`AuditResult.to_frame` lays every attack's figures out
-as one long table.
+The report only reads these; it never recomputes an attack. An :class:`AttackOutcome` is built
+once, frozen, with its metrics typed (:class:`AttackMetrics`, from the dict
+:func:`miaudit.metrics.evaluate` returns plus the privacy bounds) and its cost
+(:class:`AttackCost`); metrics.json is written from them (:meth:`AttackOutcome.metrics_entry`,
+read back by :func:`read_metrics_entry`), and :meth:`AuditResult.to_frame` lays every attack's
+figures out as one long table.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,9 +25,13 @@ from miaudit.privacy.results import (
     ThresholdEpsilon,
     ThresholdGaussianDP,
 )
+from miaudit.records.columns import AUC, COUNT_COLUMNS, ci_columns, tpr_column
 
 if TYPE_CHECKING:  # pandas is imported only by to_frame: `import miaudit` stays cheap
     import pandas as pd
+
+# an attack's privacy bound as its metrics hold it (miaudit.privacy.results)
+BoundRecord = ThresholdEpsilon | ThresholdGaussianDP | OneRunEpsilon
 
 
 def rate_key(value: float | str) -> str:
@@ -35,34 +42,6 @@ def rate_key(value: float | str) -> str:
 
 def _ci(value: Any) -> tuple[float, float] | None:
     return None if value is None else (float(value[0]), float(value[1]))
-
-
-# The column names of flat per-attack rows (a study's results.csv, checkpoints.json), spelled
-# here only. The studies' results.csv files predate this module and keep their recorded
-# spellings of the TPR column (see :func:`tpr_column`).
-AUC = "auc"
-BALANCED_ACCURACY = "balanced_accuracy"
-COUNT_COLUMNS = ("n_members", "n_nonmembers", "n_unscorable")
-# the spellings of the column holding the TPR at FPR f: "@" tpr@0.001 (generalization study),
-# "%" tpr_0.1% (rapid study), "at" tpr_at_0.001 (calibration study)
-TPR_SPELLINGS = ("@", "%", "at")
-
-
-def tpr_column(fpr: float, spelling: str) -> str:
-    """The name of the column holding the TPR at FPR ``fpr`` in one of :data:`TPR_SPELLINGS`:
-    0.001 -> 'tpr@0.001' ("@"), 'tpr_0.1%' ("%") or 'tpr_at_0.001' ("at")."""
-    if spelling == "@":
-        return f"tpr@{fpr:g}"
-    if spelling == "%":
-        return f"tpr_{100 * fpr:g}%"
-    if spelling == "at":
-        return f"tpr_at_{fpr:g}"
-    raise ValueError(f"unknown TPR column spelling {spelling!r}; known: {TPR_SPELLINGS}")
-
-
-def ci_columns(column: str) -> tuple[str, str]:
-    """The columns of the interval of ``column``: 'auc' -> ('auc_lo', 'auc_hi')."""
-    return f"{column}_lo", f"{column}_hi"
 
 
 @dataclass(frozen=True)
@@ -98,11 +77,12 @@ class PrecisionAtRecall:
 
 @dataclass(frozen=True)
 class AttackMetrics:
-    """One attack's metrics, typed: the content of :func:`miaudit.metrics.evaluate`'s dict.
+    """One attack's metrics, typed: the content of :func:`miaudit.metrics.evaluate`'s dict
+    and the privacy bounds the pipeline adds (:meth:`with_bounds`).
 
-    ``from_dict(d).to_dict() == d`` for every dict ``evaluate`` returns (same keys, order and
-    values), so the typed form and metrics.json never disagree. Dicts missing some keys (older
-    or hand-made ones) load with those fields None or empty.
+    ``from_dict(d).to_dict() == d`` for every dict ``evaluate`` returns, bounds included (same
+    keys, order and values): metrics.json is ``to_dict()``, and reads back equal. Dicts missing
+    some keys (older or hand-made ones) load with those fields None or empty.
     """
 
     auc: float | None  # None: the dict has none (an attack that was not evaluated)
@@ -186,6 +166,15 @@ class AttackMetrics:
                if getattr(self, key) is not None},
         }
 
+    def with_bounds(self, bounds: Mapping[str, BoundRecord]) -> AttackMetrics:
+        """These metrics with the privacy bounds ``bounds`` (keyed by
+        :data:`~miaudit.privacy.results.EPSILON_KEYS`), as a new record."""
+        unknown = sorted(set(bounds) - set(EPSILON_KEYS))
+        if unknown:
+            raise KeyError(f"not privacy bounds: {unknown}; known: {list(EPSILON_KEYS)}")
+        changes: dict[str, Any] = dict(bounds)
+        return dataclasses.replace(self, **changes)
+
     def tpr_at(self, fpr: float | str) -> TPRAtFPR:
         """The figure at FPR ``fpr`` (a rate or the metrics dict's key, '0.001'), with its
         interval and support; KeyError naming the reported FPRs if there is none."""
@@ -216,13 +205,13 @@ class AttackMetrics:
             row.update(zip(ci_columns(AUC), self.auc_ci or (None, None), strict=True))
         return row
 
-    def tpr_columns(self, fprs: Any, spelling: str, ci: bool = False) -> dict[str, Any]:
-        """The TPR at each of ``fprs`` under :func:`tpr_column`'s name in ``spelling``, each
-        followed by its interval's ``_lo`` / ``_hi`` columns if ``ci`` (KeyError for an FPR
-        the attack does not report)."""
+    def tpr_columns(self, fprs: Iterable[float], ci: bool = False) -> dict[str, Any]:
+        """The TPR at each of ``fprs`` under :func:`~miaudit.records.columns.tpr_column`'s
+        name (``tpr@0.001``), each followed by its interval's ``_lo`` / ``_hi`` columns if
+        ``ci`` (KeyError for an FPR the attack does not report)."""
         row: dict[str, Any] = {}
         for fpr in fprs:
-            figure, column = self.tpr_at(fpr), tpr_column(float(fpr), spelling)
+            figure, column = self.tpr_at(fpr), tpr_column(float(fpr))
             row[column] = figure.tpr
             if ci:
                 row.update(zip(ci_columns(column), figure.ci or (None, None), strict=True))
@@ -231,49 +220,79 @@ class AttackMetrics:
 
 @dataclass(frozen=True)
 class AttackCost:
-    """What an attack cost: models it used (target included), queries per sample, and
-    seconds (training of those models as recorded when they were trained, scoring, and
-    choosing the public-data threshold). None: not recorded."""
+    """What an attack cost: models it used (target included; 0 for a model-free attack),
+    queries per sample, and seconds (scoring, choosing the public-data threshold, and the
+    training of those models as recorded when they were trained). None: not recorded. The
+    fields are in metrics.json's order."""
 
     models: int | None = None
     queries_per_sample: float | None = None
-    train_seconds: float | None = None
     score_seconds: float | None = None
     threshold_seconds: float | None = None
+    train_seconds: float | None = None
 
     @classmethod
-    def from_dict(cls, cost: dict[str, Any]) -> AttackCost:
+    def from_dict(cls, cost: Mapping[str, Any]) -> AttackCost:
         # "models_trained" is the spelling older results used (the table accepts both)
         models = cost.get("models", cost.get("models_trained"))
         return cls(models=models, queries_per_sample=cost.get("queries_per_sample"),
-                   train_seconds=cost.get("train_seconds"),
                    score_seconds=cost.get("score_seconds"),
-                   threshold_seconds=cost.get("threshold_seconds"))
+                   threshold_seconds=cost.get("threshold_seconds"),
+                   train_seconds=cost.get("train_seconds"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The recorded figures (None ones left out), as metrics.json's ``cost``."""
+        values = ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+        return {name: value for name, value in values if value is not None}
+
 
 # Columns of AuditResult.to_frame, in order.
 FRAME_COLUMNS = ("attack", "metric", "fpr", "recall", "value", "ci_low", "ci_high",
                  "expected_false_positives", "indicative")
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class AttackOutcome:
-    """One attack's scores on the audit samples of one target, with metrics and cost."""
+    """One attack's scores on the audit samples of one target, with its metrics and cost,
+    typed once when the outcome is made (:meth:`from_dicts` builds them from the dicts of
+    :func:`miaudit.metrics.evaluate`); frozen: ``dataclasses.replace`` makes a changed copy."""
 
     name: str
     scores: np.ndarray  # float64 [n_audit]; NaN = the attack could not score that sample
-    metrics: dict[str, Any]  # as returned by miaudit.metrics.evaluate
-    cost: dict[str, Any] = field(default_factory=dict)  # models_trained, queries_per_sample,
-    # train_seconds, score_seconds
+    metrics: AttackMetrics
+    cost: AttackCost = AttackCost()
 
-    @property
-    def summary(self) -> AttackMetrics:
-        """``metrics`` typed (the dict stays what the report and metrics.json read)."""
-        return AttackMetrics.from_dict(self.metrics)
+    def __post_init__(self) -> None:
+        if not isinstance(self.metrics, AttackMetrics):
+            raise TypeError(f"AttackOutcome {self.name!r}: metrics must be an AttackMetrics, got "
+                            f"{type(self.metrics).__name__} (AttackOutcome.from_dicts types "
+                            "the dict miaudit.metrics.evaluate returns)")
+        if not isinstance(self.cost, AttackCost):
+            raise TypeError(f"AttackOutcome {self.name!r}: cost must be an AttackCost, got "
+                            f"{type(self.cost).__name__}")
 
-    @property
-    def cost_summary(self) -> AttackCost:
-        """``cost`` typed."""
-        return AttackCost.from_dict(self.cost)
+    @classmethod
+    def from_dicts(cls, name: str, scores: np.ndarray, metrics: Mapping[str, Any],
+                   cost: Mapping[str, Any] | None = None) -> AttackOutcome:
+        """The outcome of ``metrics`` (a dict as :func:`miaudit.metrics.evaluate` returns it,
+        bounds included or not) and ``cost`` (as metrics.json's ``cost``), typed here once."""
+        return cls(name, scores, AttackMetrics.from_dict(dict(metrics)),
+                   AttackCost.from_dict(cost or {}))
+
+    def metrics_entry(self) -> dict[str, Any]:
+        """This attack's entry of metrics.json: its metrics' dict, then ``cost`` when any was
+        recorded (:func:`read_metrics_entry` reads it back)."""
+        entry = self.metrics.to_dict()
+        cost = self.cost.to_dict()
+        if cost:
+            entry["cost"] = cost
+        return entry
+
+
+def read_metrics_entry(entry: Mapping[str, Any]) -> tuple[AttackMetrics, AttackCost]:
+    """One attack's entry of metrics.json (:meth:`AttackOutcome.metrics_entry`) typed again."""
+    metrics = {key: value for key, value in entry.items() if key != "cost"}
+    return AttackMetrics.from_dict(metrics), AttackCost.from_dict(entry.get("cost") or {})
 
 
 @dataclass
@@ -284,7 +303,9 @@ class AuditResult:
     members: np.ndarray  # bool [n_audit]: membership in the target (ground truth)
     outcomes: list[AttackOutcome]
     meta: dict[str, Any] = field(default_factory=dict)  # dataset, target, model accuracies,
-    # config, seed, warnings: free-form, JSON-serialisable
+    # config, seed, warnings: free-form, JSON-serialisable, but for the typed records
+    # "privacy_audit" (miaudit.privacy.audit_record.PrivacyAudit) and, from `miaudit audit`,
+    # "verdict" (miaudit.verdict.records.ReleaseVerdict): summary.json holds their to_dict()
     rows: np.ndarray | None = None  # int64 [n_audit]: the dataset row of each audit sample;
     # None when unknown (a bare bank: `miaudit attack`), then reports show bank positions
     out: Path | None = None  # the run directory, when the run wrote one (the Python API)
@@ -313,9 +334,9 @@ class AuditResult:
         ``canary_gaussian_dp_lower_bound`` and ``one_run``; NaN when that attack has none,
         the reason in metrics.json); then the recorded cost as ``cost.models``,
         ``cost.queries_per_sample``, ``cost.train_seconds``, ``cost.score_seconds``,
-        ``cost.threshold_seconds``. Values are the metrics dict's own numbers (missing ones
-        NaN). Attacks keep the result's order (:func:`miaudit.strongest` / :func:`miaudit.ranked`
-        order them as the report does).
+        ``cost.threshold_seconds``. Values are the metrics' own numbers, as metrics.json holds
+        them (missing ones NaN). Attacks keep the result's order (:func:`miaudit.strongest` /
+        :func:`miaudit.ranked` order them as the report does).
 
         ``result.to_frame().query("metric == 'tpr' and fpr == 0.001")`` is the TPR at 0.1% FPR
         of every attack.
@@ -337,7 +358,7 @@ class AuditResult:
                          num(efp), indicative))
 
         for outcome in self.outcomes:
-            m, name = outcome.summary, outcome.name
+            m, name = outcome.metrics, outcome.name
             add(name, "auc", m.auc, ci=m.auc_ci)
             for t in m.tpr:
                 add(name, "tpr", t.tpr, fpr=t.fpr, ci=t.ci, efp=t.expected_false_positives,
@@ -351,7 +372,7 @@ class AuditResult:
             for key in EPSILON_KEYS:
                 if getattr(m, key) is not None:
                     add(name, key, getattr(m, key).value)  # ε, or μ for a Gaussian-DP bound
-            cost = outcome.cost_summary
+            cost = outcome.cost
             for key in ("models", "queries_per_sample", "train_seconds", "score_seconds",
                         "threshold_seconds"):
                 if getattr(cost, key) is not None:

@@ -14,18 +14,20 @@ if TYPE_CHECKING:
     from miaudit.report.html import render_html
     from miaudit.report.plots import histograms_figure, roc_figure
     from miaudit.report.terminal import format_table
-    from miaudit.report.write import write_report
+    from miaudit.report.write import read_metrics, write_report
 
 # name -> the module that defines it
 _EXPORTS = {
     "format_table": "miaudit.report.terminal",
     "write_report": "miaudit.report.write",
+    "read_metrics": "miaudit.report.write",
     "render_html": "miaudit.report.html",
     "roc_figure": "miaudit.report.plots",
     "histograms_figure": "miaudit.report.plots",
 }
 
-__all__ = ["format_table", "write_report", "render_html", "roc_figure", "histograms_figure"]
+__all__ = ["format_table", "write_report", "read_metrics", "render_html", "roc_figure",
+           "histograms_figure"]
 
 
 def __getattr__(name: str) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.records.outcomes import AuditResult
+from miaudit.verdict.records import ReleaseVerdict
 
 EXPOSURE_FIGURE = "exposed"  # the thumbnail grid, shown in the exposure section
 _HEADER = ["rank", "row", "label", "predicted", "score", "flagged at FPR", "non-members above"]
@@ -54,10 +55,10 @@ def rank_members(result: AuditResult, attack: str, top: int | None = None) -> li
     return ranked
 
 
-def _verdict_html(verdict: dict[str, Any]) -> str:
-    parts = ["<h3>For a release decision</h3>", f"<p><b>{escape(verdict['headline'])}</b></p>"]
-    parts += [f"<p>{escape(p)}</p>" for p in verdict.get("paragraphs", [])]
-    caveats = verdict.get("caveats") or []
+def _verdict_html(verdict: ReleaseVerdict) -> str:
+    parts = ["<h3>For a release decision</h3>", f"<p><b>{escape(verdict.headline)}</b></p>"]
+    parts += [f"<p>{escape(p)}</p>" for p in verdict.paragraphs]
+    caveats = verdict.caveats
     if caveats:
         parts.append("<ul>" + "".join(f"<li>{escape(c)}</li>" for c in caveats) + "</ul>")
     return "\n".join(parts)
@@ -132,7 +133,7 @@ def audit_sections(meta: dict[str, Any], figures: dict[str, bytes]) -> dict[str,
     """HTML for ``verdict`` and ``exposure`` when the run recorded them (else no keys)."""
     out = {}
     verdict = meta.get("verdict")
-    if isinstance(verdict, dict) and verdict.get("headline"):
+    if isinstance(verdict, ReleaseVerdict) and verdict.headline:
         out["verdict"] = _verdict_html(verdict)
     exposure = meta.get("exposure")
     if isinstance(exposure, dict) and "rows" in exposure:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 from html import escape
@@ -17,6 +18,7 @@ from miaudit.report.formatting import fmt_auc, pct, rate
 from miaudit.report.split import split_line
 from miaudit.report.table import Table, build_table
 from miaudit.verdict.headline import short_verdict
+from miaudit.verdict.records import HeadlineVerdict
 from miaudit.verdict.strength import ranked
 
 TOP_EXPOSED = 20
@@ -76,6 +78,10 @@ _SCALARS = (str, int, float, bool, type(None))
 
 
 def to_jsonable(obj: Any) -> Any:
+    """``obj`` as JSON values: a record with ``to_dict`` (the typed results) as its dict,
+    numpy values as Python's, anything else unknown as its text."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and hasattr(obj, "to_dict"):
+        return to_jsonable(obj.to_dict())
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -112,12 +118,12 @@ def _table(header: list[str], rows: list[list[Any]], num_from: int = 1) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _verdict_html(verdict: dict[str, Any]) -> str:
+def _verdict_html(verdict: HeadlineVerdict) -> str:
     """The verdict line as the page's first paragraph, its label in bold, coloured by level."""
-    line, head = verdict["line"], f"Verdict: {verdict['label']}."
+    line, head = verdict.line, f"Verdict: {verdict.label}."
     text = (f"<b>{escape(head)}</b>{escape(line[len(head):])}" if line.startswith(head)
             else escape(line))
-    return f'<p class="verdict {_LEVEL_CLASS[verdict["level"]]}">{text}</p>'
+    return f'<p class="verdict {_LEVEL_CLASS[verdict.level]}">{text}</p>'
 
 
 def _results_html(table: Table) -> str:
@@ -213,9 +219,9 @@ def _explanation(result: AuditResult, name_best: bool = True) -> str:
         "resampled apart) for each TPR, which includes the uncertainty of the threshold.</p>"
     )
     if best is not None and key is not None and name_best:
-        figure = best.summary.find_tpr(key)
+        figure = best.metrics.find_tpr(key)
         tpr = None if figure is None else figure.tpr
-        auc = best.summary.auc
+        auc = best.metrics.auc
         summary = f"The attack that leaked most here is <b>{escape(best.name)}</b>"
         if tpr is not None:
             ratio = tpr / float(key) if float(key) > 0 else math.nan
@@ -250,7 +256,7 @@ def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
     table = build_table(result)
     verdict = short_verdict(result)
     warnings = ([str(w) for w in (meta.get("warnings") or [])] + table.notes
-                + [f"{r['text'].rstrip('. ')}. To fix: {r['fix']}." for r in verdict["reasons"]])
+                + [f"{r.text.rstrip('. ')}. To fix: {r.fix}." for r in verdict.reasons])
     warn_html = (
         '<ul class="warnings">' + "".join(f"<li>{escape(w)}</li>" for w in warnings) + "</ul>"
         if warnings
@@ -281,7 +287,7 @@ def render_html(result: AuditResult, figures: dict[str, bytes]) -> str:
         *(_figure_html(name, png) for name, png in figures.items()
           if not (name == EXPOSURE_FIGURE and "exposure" in audit)),
         "<h2>Most exposed samples</h2>",
-        audit.get("exposure") or exposed_html(result, verdict.get("attack"), TOP_EXPOSED),
+        audit.get("exposure") or exposed_html(result, verdict.attack, TOP_EXPOSED),
         "<h2>Run metadata</h2>",
         _meta_html(meta),
     ]

@@ -111,7 +111,7 @@ def roc_figure(result: AuditResult) -> Figure:
     order, rank_key = ranked(result)  # legend in the table's order, quoting its FPR
     for i, outcome in enumerate(order):
         fpr, tpr = roc_steps(*roc(outcome.scores, members)[:2], n0, [float(k) for k in fprs])
-        figure = outcome.summary.find_tpr(rank_key)
+        figure = outcome.metrics.find_tpr(rank_key)
         label = _panel_title(outcome, i == 0 and rank_key is not None).replace("   ", "  ")
         if rank_key is not None and figure is not None:
             label += f", {fpr_label(rank_key)} {pct(figure.tpr)}"
@@ -252,7 +252,7 @@ def _hist_panel(ax, title: str, scores: np.ndarray, members: np.ndarray,
 
 
 def _panel_title(outcome, mark: bool) -> str:
-    auc = outcome.summary.auc
+    auc = outcome.metrics.auc
     title = f"{outcome.name} {STRONGEST_MARK}" if mark else outcome.name
     return title + (f"   AUC {fmt_auc(auc)}" if auc is not None else "")
 

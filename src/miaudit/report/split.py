@@ -61,10 +61,10 @@ def split_line(result: AuditResult, short: bool = False) -> str | None:
                                                   f"{split['shift_p_value']:g}") + ").")
     confidence = confidence_of(result) or 0.95
     for o in result.outcomes:
-        if is_model_free(o) and o.summary.auc is not None:
-            p = auc_p_value(o.summary.auc, o.summary.auc_ci, confidence)
+        if is_model_free(o) and o.metrics.auc is not None:
+            p = auc_p_value(o.metrics.auc, o.metrics.auc_ci, confidence)
             state = ("tells them apart without the model" if p is not None and p < SHIFT_P_VALUE
                      else "does not tell them apart")
-            words.append(f"The model-free attack {o.name} {state} (AUC {fmt_auc(o.summary.auc)}"
+            words.append(f"The model-free attack {o.name} {state} (AUC {fmt_auc(o.metrics.auc)}"
                          f", {_p(p)}).")
     return " ".join(words) or None

@@ -23,12 +23,12 @@ from miaudit.verdict.strength import MIN_EXPECTED_FP, expected_false_positives, 
 # the models' training seconds as recorded when they were trained, also when this run loaded
 # them from the cache (then the footnote of :func:`cache_note` says so)
 TRAIN_LABEL = "train s (orig.)"
-# cost keys (accepted spellings) and their column headers, in display order
+# cost fields (miaudit.records.outcomes.AttackCost) and their column headers, in display order
 COST_COLUMNS = (
-    (("models_trained", "models"), "models"),
-    (("queries_per_sample",), "queries"),
-    (("train_seconds",), TRAIN_LABEL),
-    (("score_seconds",), "score s"),
+    ("models", "models"),
+    ("queries_per_sample", "queries"),
+    ("train_seconds", TRAIN_LABEL),
+    ("score_seconds", "score s"),
 )
 LOW_SUPPORT_MARK = "*"
 STRONGEST_MARK = "★"
@@ -44,11 +44,6 @@ class Table:
     subheader: list[str] = field(default_factory=list)  # per column: what a figure rests on
     legend: list[str] = field(default_factory=list)  # what the order, ★ and columns mean
     strongest: int | None = None  # row of the strongest attack (the first), None if none
-
-
-def _cost(cost: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    """The first of ``keys`` present in ``cost`` (None if none is)."""
-    return next((cost[k] for k in keys if cost.get(k) is not None), None)
 
 
 def _fmt_cost(key: str, value: Any) -> str:
@@ -70,7 +65,7 @@ def reported_fprs(result: AuditResult) -> list[str]:
     """FPR keys reported by any attack, in first-seen order."""
     keys: list[str] = []
     for outcome in result.outcomes:
-        for fpr in outcome.summary.fprs:
+        for fpr in outcome.metrics.fprs:
             if rate_key(fpr) not in keys:
                 keys.append(rate_key(fpr))
     return keys
@@ -129,7 +124,7 @@ def build_table(result: AuditResult) -> Table:
     costs = [
         (key_, label)
         for key_, label in COST_COLUMNS
-        if any(_cost(o.cost, key_) is not None for o in result.outcomes)
+        if any(getattr(o.cost, key_) is not None for o in result.outcomes)
     ]
     epsilons = table_columns(result)
     header = ["attack", "AUC [CI]"]
@@ -141,7 +136,7 @@ def build_table(result: AuditResult) -> Table:
     warnings: list[str] = []
     unscorable: list[str] = []
     for i, outcome in enumerate(order):
-        met = outcome.summary
+        met = outcome.metrics
         free = is_model_free(outcome)
         name = (f"{outcome.name} {MODEL_FREE_MARK}" if free else
                 f"{outcome.name} {STRONGEST_MARK}" if i == 0 and key else outcome.name)
@@ -158,7 +153,7 @@ def build_table(result: AuditResult) -> Table:
         bal = met.balanced_accuracy
         row.append("-" if bal is None else f"{bal:.3f}")
         row += [bound_cell(outcome, k) for k, _ in epsilons]
-        row += [_fmt_cost(label, _cost(outcome.cost, key_)) for key_, label in costs]
+        row += [_fmt_cost(label, getattr(outcome.cost, key_)) for key_, label in costs]
         rows.append(row)
         n_bad = met.n_unscorable or 0
         if n_bad:

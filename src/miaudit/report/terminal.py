@@ -18,6 +18,7 @@ from miaudit.privacy.sections import (
     MU_LB,
     ONE_RUN_LB,
     epsilon_legend,
+    privacy_audit,
     privacy_line,
     privacy_section,
     table_columns,
@@ -244,7 +245,8 @@ def _legend_without(result: AuditResult, table: Table, kept: list[str]) -> list[
 
 
 def _has_canaries(result: AuditResult) -> bool:
-    return bool(((result.meta or {}).get("privacy_audit") or {}).get("canaries"))
+    audit = privacy_audit(result)
+    return audit is not None and audit.settings.canaries is not None
 
 
 def _fixed_width(header: list[str], subheader: list[str], rows: list[list[str]]) -> list[str]:

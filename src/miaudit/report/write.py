@@ -22,12 +22,13 @@ from matplotlib.figure import Figure
 
 from miaudit.errors import MiauditError
 from miaudit.io import atomic_open, write_json, write_text
-from miaudit.privacy.sections import privacy_line
-from miaudit.records.outcomes import AuditResult
+from miaudit.privacy.sections import privacy_audit, privacy_line
+from miaudit.records.outcomes import AttackCost, AttackMetrics, AuditResult, read_metrics_entry
 from miaudit.report.html import render_html, to_jsonable
 from miaudit.report.plots import figure_png, histograms_png, roc_png
 from miaudit.report.table import cache_note
 from miaudit.verdict.headline import short_verdict
+from miaudit.verdict.records import ReleaseVerdict
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _RESERVED = {"metrics", "scores", "summary", "report", "roc", "histograms"}
@@ -69,14 +70,20 @@ def _check(result: AuditResult) -> None:
 
 
 def metrics_document(result: AuditResult) -> dict[str, Any]:
-    """``{attack: metrics + {"cost": ...}}`` as written to metrics.json."""
-    doc = {}
-    for o in result.outcomes:
-        entry = dict(o.metrics)
-        if o.cost:
-            entry["cost"] = dict(o.cost)
-        doc[o.name] = entry
-    return _strict(doc)
+    """``{attack: metrics + {"cost": ...}}`` as written to metrics.json, from each attack's
+    typed record (:meth:`~miaudit.records.outcomes.AttackOutcome.metrics_entry`)."""
+    return _strict({o.name: o.metrics_entry() for o in result.outcomes})
+
+
+def read_metrics(path: str | Path) -> dict[str, tuple[AttackMetrics, AttackCost]]:
+    """metrics.json (as :func:`write_report` writes it) typed again: each attack's metrics and
+    cost, in the file's order."""
+    import json
+
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(doc, dict):
+        raise MiauditError(f"{path} is not a metrics.json: it holds no attacks")
+    return {name: read_metrics_entry(entry) for name, entry in doc.items()}
 
 
 def scores_csv(result: AuditResult) -> str:
@@ -125,10 +132,13 @@ def summary_document(result: AuditResult) -> dict[str, Any]:
     meta = dict(result.meta or {})
     line = short_verdict(result)
     full = meta.pop("verdict", None)  # `miaudit audit`'s release statement: keep it whole
-    verdict = {**full, "line": line["line"]} if isinstance(full, dict) else line
+    if isinstance(full, ReleaseVerdict):
+        full = full.to_dict()
+    verdict = {**full, "line": line.line} if isinstance(full, dict) else line.to_dict()
     summary: dict[str, Any] = {"verdict": verdict, **meta}
-    if isinstance(meta.get("privacy_audit"), dict):  # the line the report prints, with it
-        summary["privacy_audit"] = {**meta["privacy_audit"], "line": privacy_line(result)}
+    audit = privacy_audit(result)
+    if audit is not None:  # the line the report prints, with it
+        summary["privacy_audit"] = {**audit.to_dict(), "line": privacy_line(result)}
     note = cache_note(meta)
     if note:
         summary["train_note"] = note

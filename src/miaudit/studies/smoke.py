@@ -45,7 +45,7 @@ def work(cell: Cell) -> list[dict[str, Any]]:
     result = evaluate_bank(built.bank, built.design.target, cfg.attacks, metric_cfg=cfg.metrics,
                            seed=cfg.seed, thresholds=False)
     accs = result.meta["models"][built.design.target]
-    return [{"attack": o.name, **o.summary.auc_columns(), "train_acc": accs["train_acc"],
+    return [{"attack": o.name, **o.metrics.auc_columns(), "train_acc": accs["train_acc"],
              "test_acc": accs["test_acc"]} for o in result.outcomes]
 
 

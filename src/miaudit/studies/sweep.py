@@ -3,7 +3,9 @@
 A :class:`Cell` is one unit of work (e.g. one dataset x repetition x ablation value); its key is
 a hash of its content. ``run_sweep`` hands the cells that have no valid result file yet to an
 executor and, as each finishes, writes ``study_dir/cells/<key>.json`` atomically and rebuilds
-``study_dir/results.csv`` from the finished cells. A sweep killed at any point therefore loses
+``study_dir/results.csv`` from the finished cells (TPR columns named ``tpr@<fpr>``: cells
+recorded with an older spelling, ``tpr_0.1%`` or ``tpr_at_0.001``, read as that;
+:func:`read_results` reads an older results.csv alike). A sweep killed at any point therefore loses
 only the cells in flight, and since every trained model is cached by content
 (:mod:`miaudit.train.model_cache`, which stores each model, or each stack of models trained
 together, the moment it is complete), a rerun of such a cell retrains at most the models that
@@ -22,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from miaudit.io import atomic_path, write_json
+from miaudit.records.columns import canonical_tpr_column, canonical_tpr_columns
 from miaudit.runtime.progress import bars_enabled, progress_bar, progress_on, quiet
 from miaudit.studies.cells import Cell, StudyError, Work, canonical  # noqa: F401  (re-exported)
 from miaudit.studies.executors import get_executor
@@ -94,9 +97,19 @@ def build_table(cells: Sequence[Cell], done: Mapping[str, list[dict[str, Any]]])
         if rows is None:
             continue
         flat = pd.json_normalize(cell.params, sep=".").to_dict("records")[0] if cell.params else {}
-        for row in rows:
-            records.append({"cell": cell.key()[:12], **flat, **row})
+        for row in rows:  # a cell recorded before the TPR columns had one spelling reads as new
+            records.append({"cell": cell.key()[:12], **flat, **canonical_tpr_columns(row)})
     return pd.DataFrame.from_records(records)
+
+
+def read_results(path: str | Path) -> pd.DataFrame:
+    """A study's results.csv (``path``, or the study folder holding it) as a table, its TPR
+    columns named ``tpr@<fpr>`` also when it was recorded with an older spelling
+    (``tpr_0.1%``, ``tpr_at_0.001``: :func:`miaudit.records.columns.canonical_tpr_column`)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS
+    return pd.read_csv(path).rename(columns=canonical_tpr_column)
 
 
 def write_table(table: pd.DataFrame, study_dir: Path) -> Path:

@@ -7,10 +7,11 @@ is the long form of this line.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from miaudit.records.outcomes import AuditResult
 from miaudit.report.formatting import ci_words, fmt_auc, pct, rate
+from miaudit.verdict.records import HeadlineVerdict, Reason
 from miaudit.verdict.strength import INCONCLUSIVE, MIN_EXPECTED_FP, assess, confidence_of
 
 _LABELS = {
@@ -26,61 +27,61 @@ _LABELS = {
 __all__ = ["confidence_of", "short_verdict", "verdict_line", "reasons_sentence"]
 
 
-def reasons_sentence(reasons: list[dict[str, str]]) -> str:
+def reasons_sentence(reasons: Sequence[Reason]) -> str:
     """'This audit cannot support a verdict: <why>; <why>. To fix: <fix>; <fix>.'"""
-    why = "; ".join(r["text"].rstrip(". ") for r in reasons)
-    fixes = "; ".join(r["fix"] for r in reasons if r["fix"])
+    why = "; ".join(r.text.rstrip(". ") for r in reasons)
+    fixes = "; ".join(r.fix for r in reasons if r.fix)
     return f"This audit cannot support a verdict: {why}. To fix: {fixes}."
 
 
-def _ci(ci: list[float] | None, confidence: float | None, fmt=pct) -> str:
+def _ci(ci: tuple[float, float] | None, confidence: float | None,
+        fmt: Callable[[float], str] = pct) -> str:
     return ci_words(ci, f"{round(100 * confidence)}% CI" if confidence else "CI", fmt)
 
 
-def short_verdict(result: AuditResult) -> dict[str, Any]:
-    """``{"level", "label", "line", ...}``: the verdict line and the figures it quotes."""
+def short_verdict(result: AuditResult) -> HeadlineVerdict:
+    """The verdict line and the figures it quotes (:class:`HeadlineVerdict`)."""
     found = assess(result)
-    level = found["level"]
-    if level == "none":
-        line = f"Verdict: {_LABELS[level]}. No attack reported a TPR at a low FPR."
-        return {"level": level, "label": _LABELS[level], "line": line, "reasons": []}
-    main, best = found["main"], found["attack"]
+    level = found.level
+    main, best = found.main, found.attack
+    if level == "none" or main is None:
+        line = f"Verdict: {_LABELS['none']}. No attack reported a TPR at a low FPR."
+        return HeadlineVerdict(level="none", label=_LABELS["none"], line=line)
     conf = confidence_of(result)
-    fpr, tpr = main["fpr"], main["tpr"]
-    n0 = main["n_nonmembers"] or 0
-    support = (f"rests on {main['expected_false_positives']:g} expected false positives among "
+    fpr, tpr = main.fpr, main.tpr
+    n0 = main.n_nonmembers or 0
+    support = (f"rests on {main.expected_false_positives:g} expected false positives among "
                f"{n0:,} non-members")
-    label = _LABELS[found["degree"] if level == "exposed" else level]
+    label = _LABELS[found.degree if level == "exposed" and found.degree else level]
     if level == "exposed":
         detail = (f"The strongest attack, {best}, picks out {pct(tpr)} of members at "
-                  f"{rate(fpr)} FPR ({_ci(main['tpr_ci'], conf)}), "
-                  f"{main['times_chance']:.1f}× chance.")
+                  f"{rate(fpr)} FPR ({_ci(main.tpr_ci, conf)}), "
+                  f"{main.times_chance:.1f}× chance.")
     else:
         detail = (f"The strongest attack at {rate(fpr)} FPR, {best}, picks out {pct(tpr)} of "
-                  f"members ({_ci(main['tpr_ci'], conf)}) where guessing gets {rate(fpr)}.")
-    if any(r["code"] == "few-nonmembers" for r in found["reasons"]):
+                  f"members ({_ci(main.tpr_ci, conf)}) where guessing gets {rate(fpr)}.")
+    if any(r.code == "few-nonmembers" for r in found.reasons):
         pass  # the reasons say it, with the fix
-    elif main["indicative"]:  # say so up front: the figure rests on a handful of samples
+    elif main.indicative:  # say so up front: the figure rests on a handful of samples
         detail += (f" Indicative only: this {support}, fewer than {MIN_EXPECTED_FP}; audit with "
                    "more non-members to confirm.")
     else:
         detail += f" This {support}."
-    if found["measured"] == "average-case":
-        top = result.outcome(found["auc_attack"])
-        auc_ci = top.summary.auc_ci
+    if found.measured == "average-case" and found.auc_attack is not None:
+        top = result.outcome(found.auc_attack)
+        auc_ci = top.metrics.auc_ci
         detail += (f" But {top.name} ranks members above non-members on average: AUC "
-                   f"{fmt_auc(top.summary.auc)} ({_ci(auc_ci, conf, fmt_auc)}; "
+                   f"{fmt_auc(top.metrics.auc)} ({_ci(auc_ci, conf, fmt_auc)}; "
                    "0.5 is guessing).")
     if level == INCONCLUSIVE:  # why first: the figures after it are not a verdict
-        detail = reasons_sentence(found["reasons"]) + " " + detail
-    line = f"Verdict: {label}. {detail}"
-    return {"level": level, "label": label, "line": line, "attack": best, "fpr": fpr,
-            "tpr": tpr, "tpr_ci": main["tpr_ci"], "times_chance": main["times_chance"],
-            "expected_false_positives": main["expected_false_positives"],
-            "n_nonmembers": n0, "indicative": main["indicative"],
-            "auc_attack": found.get("auc_attack"), "reasons": found["reasons"],
-            "shift": found.get("shift")}
+        detail = reasons_sentence(found.reasons) + " " + detail
+    return HeadlineVerdict(
+        level=level, label=label, line=f"Verdict: {label}. {detail}", attack=best, fpr=fpr,
+        tpr=tpr, tpr_ci=main.tpr_ci, times_chance=main.times_chance,
+        expected_false_positives=main.expected_false_positives, n_nonmembers=n0,
+        indicative=main.indicative, auc_attack=found.auc_attack, reasons=found.reasons,
+        shift=found.shift)
 
 
 def verdict_line(result: AuditResult) -> str:
-    return short_verdict(result)["line"]
+    return short_verdict(result).line

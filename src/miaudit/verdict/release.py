@@ -11,6 +11,7 @@ what an attacker can do, and the release decision depends on the data and who ca
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from miaudit.records.outcomes import AuditResult
@@ -18,6 +19,7 @@ from miaudit.report.formatting import ci_words, fmt_auc, plural
 from miaudit.report.formatting import pct as _pct
 from miaudit.report.formatting import rate as _rate
 from miaudit.verdict.headline import reasons_sentence
+from miaudit.verdict.records import ReleaseVerdict
 
 # the ranking and the level are the report's (the table's ★ and every report's verdict line);
 # this module words them as the release statement
@@ -33,12 +35,12 @@ from miaudit.verdict.strength import (
 __all__ = ["MIN_EXPECTED_FP", "headline_fpr", "strongest_at", "make_verdict", "verdict_text"]
 
 
-def _ci(ci: list[float] | None, confidence: int) -> str:
+def _ci(ci: tuple[float, float] | None, confidence: int) -> str:
     return ci_words(ci, f"{confidence}% CI", missing="no confidence interval")
 
 
-def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]:
-    """The plain-words statement and the figures it quotes.
+def make_verdict(result: AuditResult, context: Mapping[str, Any]) -> ReleaseVerdict:
+    """The plain-words statement and the figures it quotes (:class:`ReleaseVerdict`).
 
     `context`: `outputs` (what an attacker sees, e.g. "probabilities"), `references` (count),
     `reference_note` (how references were made), `skipped` (count), `confidence` (of the CIs),
@@ -48,26 +50,26 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
     `split` (the split check's line of :func:`miaudit.report.split.split_line`, or None).
     """
     found = assess(result)
-    if found["level"] == "none":
-        return {"level": "none", "headline": "No attack ran, so nothing was measured.",
-                "paragraphs": [], "caveats": [], "figures": []}
-    best = result.outcome(found["attack"])
-    figures, main = found["figures"], found["main"]
-    fpr, tpr, ci = main["fpr"], main["tpr"], main["tpr_ci"]
-    measurable = found["level"] == "exposed"
+    main = found.main
+    if found.level == "none" or found.attack is None or main is None:
+        return ReleaseVerdict(level="none", headline="No attack ran, so nothing was measured.")
+    best = result.outcome(found.attack)
+    figures = found.figures
+    fpr, tpr, ci = main.fpr, main.tpr, main.tpr_ci
+    measurable = found.level == "exposed"
     confidence = int(round(100 * context.get("confidence", 0.95)))
     ci_text = _ci(ci, confidence)
-    level = found["level"]
+    level = found.level
     if level == INCONCLUSIVE:
         headline = (
-            "Inconclusive. " + reasons_sentence(found["reasons"])
+            "Inconclusive. " + reasons_sentence(found.reasons)
             + f" For the record, the strongest attack, {best.name}, flags {_pct(tpr)} of the "
             f"training samples at {_rate(fpr)} FPR ({ci_text}) where guessing flags "
             f"{_rate(fpr)}."
         )
     elif measurable:
-        ratio = main["times_chance"]
-        degree = {"slightly": "slightly but measurably"}.get(found["degree"], found["degree"])
+        ratio = main.times_chance
+        degree = {"slightly": "slightly but measurably"}.get(found.degree or "", found.degree)
         headline = (
             f"Training-set membership is exposed: the strongest attack, {best.name}, picks out "
             f"{_pct(tpr)} of the training samples while wrongly flagging {_rate(fpr)} of the "
@@ -80,36 +82,37 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
             f"{_rate(fpr)} FPR: the strongest, {best.name}, flags {_pct(tpr)} of the training "
             f"samples ({ci_text}) where guessing flags {_rate(fpr)}."
         )
-        if level == "average-case":  # an AUC interval above 0.5: never hidden by a null
-            top = result.outcome(found["auc_attack"])
-            auc_ci = top.summary.auc_ci
+        # an AUC interval above 0.5 (average-case): never hidden by a null
+        if level == "average-case" and found.auc_attack is not None:
+            top = result.outcome(found.auc_attack)
+            auc_ci = top.metrics.auc_ci
             headline += (
                 f" But membership shows on average: {top.name} ranks training samples above "
-                f"non-members with AUC {fmt_auc(top.summary.auc)} "
+                f"non-members with AUC {fmt_auc(top.metrics.auc)} "
                 f"({ci_words(auc_ci, f'{confidence}% CI', fmt_auc)}; 0.5 is guessing)."
             )
     if not ci:
         headline += (" Without a confidence interval (metrics.bootstrap: 0) this is a point "
                      "estimate only.")
-    if main["indicative"] and level != INCONCLUSIVE:  # inconclusive: its reasons say it
-        headline += (f" With {main['n_nonmembers']:,} non-members this rests on "
-                     f"{main['expected_false_positives']:g} expected false positives, fewer than "
+    if main.indicative and level != INCONCLUSIVE:  # inconclusive: its reasons say it
+        headline += (f" With {main.n_nonmembers:,} non-members this rests on "
+                     f"{main.expected_false_positives:g} expected false positives, fewer than "
                      f"{MIN_EXPECTED_FP}: treat it as indicative, and audit with more "
                      "non-members to confirm it.")
     support = []
     for f in figures:
-        text = (f"at {_rate(f['fpr'])} FPR {best.name} finds {_pct(f['tpr'])} of members "
-                f"({_ci(f['tpr_ci'], confidence)}); "
-                f"{f['expected_false_positives']:g} false "
-                f"{'positive is' if f['expected_false_positives'] == 1 else 'positives are'} "
+        text = (f"at {_rate(f.fpr)} FPR {best.name} finds {_pct(f.tpr)} of members "
+                f"({_ci(f.tpr_ci, confidence)}); "
+                f"{f.expected_false_positives:g} false "
+                f"{'positive is' if f.expected_false_positives == 1 else 'positives are'} "
                 "expected there")
-        if f["indicative"]:
+        if f.indicative:
             text += f" (fewer than {MIN_EXPECTED_FP}: indicative only)"
         support.append(text)
-    auc = best.summary.auc
+    auc = best.metrics.auc
     paragraphs = [
-        f"These rates rest on {main['n_members']:,} training samples and "
-        f"{main['n_nonmembers']:,} non-members: " + "; ".join(support) + "."
+        f"These rates rest on {main.n_members:,} training samples and "
+        f"{main.n_nonmembers:,} non-members: " + "; ".join(support) + "."
         + (f" Its AUC is {fmt_auc(auc)} (0.5 is guessing)." if auc is not None else ""),
     ]
     outputs = context.get("outputs", "outputs")
@@ -147,13 +150,13 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
             "rounded scores lower this figure; audit again after any of them."
         )
     else:
-        resolution = 100 * MIN_EXPECTED_FP / max(main["n_nonmembers"], 1)
+        resolution = 100 * MIN_EXPECTED_FP / max(main.n_nonmembers or 0, 1)
         paragraphs.append(
             "For a release: this audit found no measurable membership leak with these attacks. "
             "That is evidence against a leak these attacks can see, not proof of privacy: it "
             f"covers only the attacks that ran, with {references or 'no'} reference model(s) "
             "and the public data given, and with "
-            f"{main['n_nonmembers']:,} non-members it cannot resolve false-positive rates below "
+            f"{main.n_nonmembers:,} non-members it cannot resolve false-positive rates below "
             f"about {resolution:.2g}%. Stronger attacks can find leaks these did not: to look "
             f"harder, {stronger}."
         )
@@ -175,26 +178,26 @@ def make_verdict(result: AuditResult, context: dict[str, Any]) -> dict[str, Any]
         caveats.insert(1, f"{plural(context['skipped'], 'attack')} could not run on this "
                           "audit; each is listed with the reason below the table.")
     mismatch = context.get("input_mismatch")
-    said = any(r["code"] == "input-mismatch" for r in found["reasons"])  # in the headline
+    said = any(r.code == "input-mismatch" for r in found.reasons)  # in the headline
     if mismatch and not said:  # figures of a model fed other values than it was trained on
         caveats.insert(0, mismatch[0].upper() + mismatch[1:])
         if level == "average-case":
             headline += (" But the model's inputs look mismatched with its training data (see "
                          "the first caveat), so the figures may understate the leak.")
-    return {"level": level, "attack": best.name, "fpr": fpr, "figures": figures,
-            "auc": auc, "headline": headline, "paragraphs": paragraphs,
-            "caveats": [c for c in caveats if c], "input_mismatch": mismatch,
-            "reasons": found["reasons"], "shift": found.get("shift")}
+    return ReleaseVerdict(level=level, headline=headline, paragraphs=tuple(paragraphs),
+                          caveats=tuple(c for c in caveats if c), figures=figures,
+                          attack=best.name, fpr=fpr, auc=auc, input_mismatch=mismatch,
+                          reasons=found.reasons, shift=found.shift)
 
 
-def verdict_text(verdict: dict[str, Any]) -> str:
+def verdict_text(verdict: ReleaseVerdict) -> str:
     """The statement as plain text for the terminal and verdict.txt."""
     import textwrap
 
-    blocks = [verdict["headline"], *verdict["paragraphs"]]
+    blocks = [verdict.headline, *verdict.paragraphs]
     # never break inside "non-members" or "held-out": the words are searched for as written
     out = [textwrap.fill(b, 96, break_on_hyphens=False) for b in blocks]
     out += [textwrap.fill(c, 96, initial_indent="- ", subsequent_indent="  ",
-                          break_on_hyphens=False) for c in verdict["caveats"]]
+                          break_on_hyphens=False) for c in verdict.caveats]
     return "\n\n".join(out[: len(blocks)]) + ("\n\n" + "\n".join(out[len(blocks):])
-                                              if verdict["caveats"] else "") + "\n"
+                                              if verdict.caveats else "") + "\n"

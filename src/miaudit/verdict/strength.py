@@ -22,6 +22,7 @@ from typing import Any
 
 from miaudit.pipeline.split_check import is_model_free, model_free_evidence
 from miaudit.records.outcomes import AttackOutcome, AuditResult, rate_key
+from miaudit.verdict.records import Assessment, Figure, Reason, ShiftComparison
 
 MIN_EXPECTED_FP = 10
 INCONCLUSIVE = "inconclusive"
@@ -49,12 +50,12 @@ def model_based(result: AuditResult) -> list[AttackOutcome]:
 
 def fpr_keys(result: AuditResult) -> list[str]:
     """Every FPR key any attack reports, smallest first."""
-    keys = {rate_key(fpr) for o in result.outcomes for fpr in o.summary.fprs}
+    keys = {rate_key(fpr) for o in result.outcomes for fpr in o.metrics.fprs}
     return sorted(keys, key=float)
 
 
 def n_nonmembers(result: AuditResult) -> int:
-    return max((int(o.summary.n_nonmembers or 0) for o in result.outcomes), default=0)
+    return max((int(o.metrics.n_nonmembers or 0) for o in result.outcomes), default=0)
 
 
 def expected_false_positives(result: AuditResult, key: str) -> float:
@@ -74,7 +75,7 @@ def headline_fpr(result: AuditResult) -> str | None:
 
 def strength(outcome: AttackOutcome, key: str | None) -> tuple[float, float]:
     """Sort key: TPR at FPR `key`, then AUC (missing figures rank last)."""
-    met = outcome.summary
+    met = outcome.metrics
     figure = met.find_tpr(key) if key else None
     return (-1.0 if figure is None else figure.tpr, -1.0 if met.auc is None else met.auc)
 
@@ -94,23 +95,18 @@ def strongest_at(result: AuditResult, key: str) -> AttackOutcome | None:
     return max(candidates, key=lambda o: strength(o, key)) if candidates else None
 
 
-def figure_at(outcome: AttackOutcome, key: str) -> dict[str, Any]:
+def figure_at(outcome: AttackOutcome, key: str) -> Figure:
     """One attack's TPR at FPR `key` with its interval and the support it rests on."""
-    met = outcome.summary
+    met = outcome.metrics
     figure = met.tpr_at(key)
-    return {
-        "fpr": float(key),
-        "tpr": figure.tpr,
-        "tpr_ci": None if figure.ci is None else list(figure.ci),
-        "times_chance": figure.tpr / float(key),
-        "n_members": met.n_members,
-        "n_nonmembers": met.n_nonmembers,
-        "expected_false_positives": figure.expected_false_positives,
-        "indicative": figure.indicative,
-    }
+    return Figure(fpr=float(key), tpr=figure.tpr, tpr_ci=figure.ci,
+                  times_chance=figure.tpr / float(key), n_members=met.n_members,
+                  n_nonmembers=met.n_nonmembers,
+                  expected_false_positives=figure.expected_false_positives,
+                  indicative=figure.indicative)
 
 
-def assess(result: AuditResult) -> dict[str, Any]:
+def assess(result: AuditResult) -> Assessment:
     """How worried to be, as numbers: ``level`` is ``exposed`` (the TPR interval at the
     headline FPR lies above it), ``average-case`` (no low-FPR leak, but some attack's AUC
     interval lies above 0.5), ``not measured``, ``inconclusive`` (the audit cannot support
@@ -120,45 +116,39 @@ def assess(result: AuditResult) -> dict[str, Any]:
     Also: ``attack`` (the strongest), ``key``, ``main`` (its :func:`figure_at` the headline
     FPR), ``figures`` (at every FPR it reports), ``degree`` (far / well / slightly, for an
     exposed level), ``auc_attack`` (the highest-AUC attack, for the average case),
-    ``measured`` (the level before the checks), ``reasons`` (:func:`inconclusive_reasons`,
-    each ``{"code", "text", "fix"}``; the level is inconclusive when they apply) and
-    ``shift`` (:func:`shift_comparison`, when a model-free measurement is clearly above
-    chance).
+    ``measured`` (the level before the checks), ``reasons`` (:func:`inconclusive_reasons`;
+    the level is inconclusive when they apply) and ``shift`` (:func:`shift_comparison`, when
+    a model-free measurement is clearly above chance). See :class:`Assessment`.
     """
     key = headline_fpr(result)
     best = strongest_at(result, key) if key else None
-    if best is None or key is None or best.summary.find_tpr(key) is None:
-        return {"level": "none", "attack": None, "key": None, "main": None, "figures": [],
-                "reasons": [], "shift": None}
-    reported = best.summary.fprs
-    figures = [figure_at(best, k) for k in fpr_keys(result) if float(k) in reported]
-    main = next(f for f in figures if f["fpr"] == float(key))
-    ci = main["tpr_ci"]
-    measurable = ci[0] > main["fpr"] if ci else main["tpr"] > main["fpr"]
-    out: dict[str, Any] = {"level": "exposed" if measurable else "not measured",
-                           "attack": best.name, "key": key, "main": main, "figures": figures,
-                           "degree": None, "auc_attack": None}
+    if best is None or key is None or best.metrics.find_tpr(key) is None:
+        return Assessment(level="none")
+    reported = best.metrics.fprs
+    figures = tuple(figure_at(best, k) for k in fpr_keys(result) if float(k) in reported)
+    main = next(f for f in figures if f.fpr == float(key))
+    ci = main.tpr_ci
+    measurable = ci[0] > main.fpr if ci else main.tpr > main.fpr
+    level, degree, auc_attack = ("exposed" if measurable else "not measured"), None, None
     if measurable:
-        ratio = main["times_chance"]
-        out["degree"] = "far" if ratio >= 10 else "well" if ratio >= 3 else "slightly"
+        ratio = main.times_chance
+        degree = "far" if ratio >= 10 else "well" if ratio >= 3 else "slightly"
     else:
         # An average-case signal (AUC interval above 0.5) is a leak too, if not yet a
         # confident one: never let a low-FPR null hide it.
-        top = max(model_based(result), key=lambda o: o.summary.auc or 0.0)
-        auc_ci = top.summary.auc_ci
+        top = max(model_based(result), key=lambda o: o.metrics.auc or 0.0)
+        auc_ci = top.metrics.auc_ci
         if auc_ci and auc_ci[0] > 0.5:
-            out["level"] = "average-case"
-            out["auc_attack"] = top.name
-    out["measured"] = out["level"]
-    out["shift"] = shift_comparison(result, best, main)
-    out["reasons"] = inconclusive_reasons(result, out)
-    if out["reasons"]:
-        out["level"] = INCONCLUSIVE
-    return out
+            level, auc_attack = "average-case", top.name
+    shift = shift_comparison(result, best, main)
+    reasons = inconclusive_reasons(result, level, main, shift)
+    return Assessment(level=INCONCLUSIVE if reasons else level, attack=best.name, key=key,
+                      main=main, figures=figures, degree=degree, auc_attack=auc_attack,
+                      measured=level, reasons=reasons, shift=shift)
 
 
-def shift_comparison(result: AuditResult, best: AttackOutcome, main: dict[str, Any]
-                     ) -> dict[str, Any] | None:  # fmt: skip
+def shift_comparison(result: AuditResult, best: AttackOutcome, main: Figure
+                     ) -> ShiftComparison | None:  # fmt: skip
     """When a model-free measurement (the split check, or a model-free attack) tells the
     members from the non-members clearly above chance: the strongest such one beside the
     strongest attack: their AUCs and TPRs at the headline FPR, and ``exceeds``, whether the
@@ -169,23 +159,25 @@ def shift_comparison(result: AuditResult, best: AttackOutcome, main: dict[str, A
     if not found:
         return None
     base = found[0]
-    base_tpr = float(base["tpr_at_fpr"].get(rate_key(main["fpr"]), float("nan")))
-    ci = main["tpr_ci"]
-    above = (ci[0] if ci else main["tpr"]) > base_tpr  # False when base_tpr is NaN
-    auc = best.summary.auc
+    base_tpr = float(base["tpr_at_fpr"].get(rate_key(main.fpr), float("nan")))
+    ci = main.tpr_ci
+    above = (ci[0] if ci else main.tpr) > base_tpr  # False when base_tpr is NaN
+    auc = best.metrics.auc
     exceeds = bool(above and auc is not None and base["auc"] is not None
                    and auc > base["auc"])
-    return {"source": base["source"], "auc": base["auc"], "p_value": base["p_value"],
-            "tpr": base_tpr, "fpr": main["fpr"], "attack": best.name, "attack_auc": auc,
-            "attack_tpr": main["tpr"], "exceeds": exceeds}
+    return ShiftComparison(source=base["source"], auc=base["auc"], p_value=base["p_value"],
+                           tpr=base_tpr, fpr=main.fpr, attack=best.name, attack_auc=auc,
+                           attack_tpr=main.tpr, exceeds=exceeds)
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.3g}%"
 
 
-def inconclusive_reasons(result: AuditResult, found: dict[str, Any]) -> list[dict[str, str]]:
-    """Why the audit cannot support its measured level, each ``{"code", "text", "fix"}``:
+def inconclusive_reasons(result: AuditResult, measured: str, main: Figure,
+                         shift: ShiftComparison | None) -> tuple[Reason, ...]:
+    """Why the audit cannot support its ``measured`` level (the strongest attack's figure at
+    the headline FPR: ``main``; the model-free comparison: ``shift``):
 
     - ``shifted-split``: a model-free measurement tells members from non-members clearly
       above chance (p < 0.001): whatever the level, the figures mix a leak with the shift (an
@@ -198,56 +190,54 @@ def inconclusive_reasons(result: AuditResult, found: dict[str, Any]) -> list[dic
 
     Empty: the measured level stands."""
     reasons = []
-    shift = found.get("shift")
     if shift:
-        p = shift["p_value"]
-        compared = (f"TPR {_pct(shift['attack_tpr'])} against {_pct(shift['tpr'])} at "
-                    f"{_pct(shift['fpr'])} FPR, AUC {shift['attack_auc']:.3f} against "
-                    f"{shift['auc']:.3f}")
-        if shift["exceeds"]:
-            beyond = (f"; the strongest attack, {shift['attack']}, exceeds it ({compared}), but "
+        p = shift.p_value
+        compared = (f"TPR {_pct(shift.attack_tpr)} against {_pct(shift.tpr)} at "
+                    f"{_pct(shift.fpr)} FPR, AUC {shift.attack_auc:.3f} against "
+                    f"{shift.auc:.3f}")
+        if shift.exceeds:
+            beyond = (f"; the strongest attack, {shift.attack}, exceeds it ({compared}), but "
                       "part of that excess can still be the split, read better through the "
                       "model than from the rows")
         else:
-            beyond = f"; the strongest attack, {shift['attack']}, does not exceed it ({compared})"
-        reasons.append({
-            "code": "shifted-split",
-            "text": (f"{shift['source']} tells members from non-members without the model "
-                     f"(AUC {shift['auc']:.3f}, p {'< 0.0001' if p < 1e-4 else f'= {p:.2g}'}"
-                     "), so they differ as data and the attack figures mix any leak with that "
-                     "difference" + beyond),
-            "fix": ("audit with non-members drawn from the same distribution as the members "
-                    "(rows of the same source, period and selection that the model never "
-                    "trained on, ideally a random split of one pool); no DP claim is refuted "
-                    "on a shifted split"),
-        })
-    if found["measured"] != "not measured":
-        return reasons
+            beyond = f"; the strongest attack, {shift.attack}, does not exceed it ({compared})"
+        reasons.append(Reason(
+            code="shifted-split",
+            text=(f"{shift.source} tells members from non-members without the model "
+                  f"(AUC {shift.auc:.3f}, p {'< 0.0001' if p < 1e-4 else f'= {p:.2g}'}"
+                  "), so they differ as data and the attack figures mix any leak with that "
+                  "difference" + beyond),
+            fix=("audit with non-members drawn from the same distribution as the members "
+                 "(rows of the same source, period and selection that the model never "
+                 "trained on, ideally a random split of one pool); no DP claim is refuted "
+                 "on a shifted split"),
+        ))
+    if measured != "not measured":
+        return tuple(reasons)
     checks = checks_of(result)
     mismatch = checks.get("input_mismatch")
     if mismatch:
-        reasons.append({"code": "input-mismatch", "text": mismatch,
-                        "fix": "feed the model exactly the values it was trained on"})
+        reasons.append(Reason(code="input-mismatch", text=mismatch,
+                              fix="feed the model exactly the values it was trained on"))
     fit = checks.get("target_fit")
     if fit and fit.get("near_chance") and not mismatch:  # a mismatch explains it already
-        reasons.append({
-            "code": "near-chance",
-            "text": (f"the target is {_pct(fit['train_accuracy'])} accurate on its own "
-                     f"{fit['n_members']:,} training rows, where always guessing the majority "
-                     f"class gets {_pct(fit['chance'])}: it learnt (almost) nothing, so "
-                     "attacks finding nothing says nothing about a trained model"),
-            "fix": ("audit the trained model, on the rows it trained on (the members), fed "
-                    "as in training; in a run, a recipe that trains (epochs, learning rate)"),
-        })
-    main = found["main"]
-    if main["indicative"]:
-        fpr = main["fpr"]
-        reasons.append({
-            "code": "few-nonmembers",
-            "text": (f"with {main['n_nonmembers']:,} non-members the figure at {_pct(fpr)} FPR "
-                     f"rests on {main['expected_false_positives']:g} expected false positives, "
-                     f"fewer than {MIN_EXPECTED_FP}, too few to show a leak there"),
-            "fix": (f"audit with at least {MIN_EXPECTED_FP / fpr:,.0f} non-members (or report "
-                    "a larger FPR in metrics.fprs)"),
-        })
-    return reasons
+        reasons.append(Reason(
+            code="near-chance",
+            text=(f"the target is {_pct(fit['train_accuracy'])} accurate on its own "
+                  f"{fit['n_members']:,} training rows, where always guessing the majority "
+                  f"class gets {_pct(fit['chance'])}: it learnt (almost) nothing, so "
+                  "attacks finding nothing says nothing about a trained model"),
+            fix=("audit the trained model, on the rows it trained on (the members), fed "
+                 "as in training; in a run, a recipe that trains (epochs, learning rate)"),
+        ))
+    if main.indicative:
+        fpr = main.fpr
+        reasons.append(Reason(
+            code="few-nonmembers",
+            text=(f"with {main.n_nonmembers:,} non-members the figure at {_pct(fpr)} FPR "
+                  f"rests on {main.expected_false_positives:g} expected false positives, "
+                  f"fewer than {MIN_EXPECTED_FP}, too few to show a leak there"),
+            fix=(f"audit with at least {MIN_EXPECTED_FP / fpr:,.0f} non-members (or report "
+                 "a larger FPR in metrics.fprs)"),
+        ))
+    return tuple(reasons)

@@ -20,7 +20,6 @@ from miaudit.attacks import TargetView, run_attack
 from miaudit.pipeline.evaluate import public_threshold
 from miaudit.records.outcomes import AttackMetrics
 from miaudit.signals import SignalBank
-from miaudit.studies.calibration.settings import TPR_SPELLING
 
 # log-spaced FPRs for ROC curves (the low-FPR end matters) and linear recalls for PR curves
 FPR_GRID = tuple(float(f) for f in np.round(np.logspace(-3, 0, 25), 6))
@@ -81,7 +80,7 @@ def summary(scored: Scored, fprs: Sequence[float] = (0.001, 0.01)) -> dict[str, 
                               threshold=scored.threshold, recalls=[0.1, 0.5])
     met = AttackMetrics.from_dict(result)
     return {**met.auc_columns(), "acc": met.balanced_accuracy, "threshold": scored.threshold,
-            **met.counts(), **met.tpr_columns(fprs, TPR_SPELLING),
+            **met.counts(), **met.tpr_columns(fprs),
             **{f"precision_at_{p.recall:g}": p.precision for p in met.precision_at_recall}}
 
 

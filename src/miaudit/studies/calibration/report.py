@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from miaudit.io import atomic_path, write_text
-from miaudit.records.outcomes import tpr_column
+from miaudit.records.columns import tpr_column
 from miaudit.report.formatting import markdown_table, mean_std
 from miaudit.studies.calibration.paper import (
     COLUMNS,
@@ -26,10 +26,11 @@ from miaudit.studies.calibration.paper import (
     TABLE2_AUC,
     TABLE3_ACC,
 )
-from miaudit.studies.calibration.settings import TPR_SPELLING
 from miaudit.studies.registry import load_study_config
 
-TPR01, TPR1 = tpr_column(0.001, TPR_SPELLING), tpr_column(0.01, TPR_SPELLING)
+# tables recorded before the one spelling named these tpr_at_0.001 and tpr_at_0.01
+# (miaudit.records.columns reads them)
+TPR01, TPR1 = tpr_column(0.001), tpr_column(0.01)
 
 METHOD_LABEL = {"orig": "Orig", "cal": "Cal.", "cal-f": "Cal.-F"}
 SCORE_LABEL = {"gap": "Gap", "loss": "Loss", "gn": "GN", "confidence": "Conf."}

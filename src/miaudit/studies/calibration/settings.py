@@ -113,7 +113,6 @@ SCORES = (
     ("confidence", "confidence", "calibrated-confidence"),
 )
 CURVE_ATTACKS = ("loss", "calibrated-loss")
-TPR_SPELLING = "at"  # how results.csv names its TPR columns: tpr_at_0.001 (results.tpr_column)
 ENTRY_KEYS = ("split", "recipe", "forgetting")  # what run_config reads of a dataset entry
 
 

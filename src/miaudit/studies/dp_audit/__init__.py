@@ -24,7 +24,8 @@ import time
 from typing import Any
 
 from miaudit.errors import ConfigError
-from miaudit.studies.dp_audit.report import FPRS, TPR_SPELLING, summarize
+from miaudit.privacy.audit_record import PrivacyAudit
+from miaudit.studies.dp_audit.report import FPRS, summarize
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell, StudyError
 
@@ -132,18 +133,21 @@ def _one_run_columns(record: Any) -> dict[str, Any]:
     }
 
 
-def _cell_columns(audit: dict[str, Any], accs: list[dict[str, Any]]) -> dict[str, Any]:
+def _cell_columns(audit: PrivacyAudit, accs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per cell: the claim, the Bonferroni best of all bounds, the models' accuracy."""
-    claim, best = audit.get("claimed") or {}, audit.get("best") or {}
+    claim, best = audit.settings.claimed, audit.best
     refs = [a["test_acc"] for a in accs[1:] if a["test_acc"] is not None]
     return {
-        "claimed_epsilon": claim.get("epsilon"), "claimed_delta": claim.get("delta"),
-        "accountant": claim.get("accountant"),
-        "bound_delta": audit["delta"], "bound_alpha": audit["alpha"],
-        "best_epsilon": best.get("epsilon"), "best_attack": best.get("attack"),
-        "best_bound": best.get("bound"), "best_method": best.get("method"),
-        "bounds_compared": audit.get("bounds_compared"),
-        "refutes_claim": audit.get("refutes_claim"),
+        "claimed_epsilon": None if claim is None else claim.epsilon,
+        "claimed_delta": None if claim is None else claim.delta,
+        "accountant": None if claim is None else claim.accountant,
+        "bound_delta": audit.settings.delta, "bound_alpha": audit.settings.alpha,
+        "best_epsilon": None if best is None else best.epsilon,
+        "best_attack": None if best is None else best.attack,
+        "best_bound": None if best is None else best.kind,
+        "best_method": None if best is None else best.bound.method,
+        "bounds_compared": audit.bounds_compared,
+        "refutes_claim": audit.refutes_claim,
         "target_train_acc": accs[0]["train_acc"], "target_test_acc": accs[0]["test_acc"],
         "reference_test_acc": sum(refs) / len(refs) if refs else None,
     }
@@ -176,10 +180,10 @@ def work(cell: Cell) -> list[dict[str, Any]]:
     }
     rows = []
     for o in result.outcomes:
-        m = o.summary
+        m = o.metrics
         rows.append({
             "attack": o.name,
-            **m.auc_columns(), **m.tpr_columns(FPRS, TPR_SPELLING), **m.counts(),
+            **m.auc_columns(), **m.tpr_columns(FPRS), **m.counts(),
             **_threshold_columns("eps_audit", m.epsilon_lower_bound),
             **_threshold_columns("eps_canary", m.canary_epsilon_lower_bound),
             **_one_run_columns(m.one_run),

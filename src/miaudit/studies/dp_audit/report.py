@@ -25,10 +25,10 @@ from miaudit.errors import ConfigError
 from miaudit.io import write_text
 from miaudit.privacy import epsilon_from_counts, one_run_epsilon_from_counts
 from miaudit.report.formatting import fmt_epsilon, markdown_table, mean_std
-from miaudit.studies.rapid.report import FPRS, TPR1, TPR_SPELLING, _save
+from miaudit.studies.rapid.report import FPRS, TPR1, _save
 from miaudit.studies.registry import CONFIG_FILE, get_study, load_study_config, resolve_config
 
-__all__ = ["FPRS", "REFERENCE_NUMBERS", "TPR_SPELLING", "bonferroni_best", "bounds_figure",
+__all__ = ["FPRS", "REFERENCE_NUMBERS", "bonferroni_best", "bounds_figure",
            "main_table", "reference_table", "summarize"]
 
 REFERENCE_SOURCE = ("Privacy Meter 2 (github.com/privacytrustlab/ml_privacy_meter), "

@@ -38,7 +38,6 @@ from miaudit.config import MetricsConfig
 from miaudit.data import Dataset, load_dataset
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.protocol import make_design, make_split
-from miaudit.records.outcomes import tpr_column as results_tpr_column
 from miaudit.runtime.devices import resolve_device
 from miaudit.signals import SignalBank
 from miaudit.signals.assemble import Signals, SignalSpec, assemble_bank, query_signals
@@ -48,13 +47,6 @@ from miaudit.train.model_cache import default_cache_dir
 # TPR is recorded at these FPRs (the ROC curves of the knowledge figures are drawn through them).
 ROC_FPRS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
-
-TPR_SPELLING = "@"  # how results.csv names its TPR columns (miaudit.records.outcomes.tpr_column)
-
-
-def tpr_column(fpr: float) -> str:
-    """results.csv's column of the TPR at ``fpr``: 0.001 -> 'tpr@0.001'."""
-    return results_tpr_column(fpr, TPR_SPELLING)
 
 
 @dataclass(frozen=True)
@@ -172,10 +164,10 @@ def attack_rows(bank: SignalBank, target: int, attacks: Sequence[str],
                            thresholds=False)
     rows = []
     for outcome in result.outcomes:
-        met = outcome.summary
+        met = outcome.metrics
         rows.append({**(extra or {}), "model": target, "attack": outcome.name, **stats,
                      **met.auc_columns(), **met.counts(),
-                     **met.tpr_columns(ROC_FPRS, TPR_SPELLING)})
+                     **met.tpr_columns(ROC_FPRS)})
     return rows
 
 

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.studies.power.report import FPRS, TPR_SPELLING, summarize
+from miaudit.studies.power.report import FPRS, summarize
 from miaudit.studies.rapid import SETUPS as RAPID_SETUPS
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell, StudyError
@@ -131,11 +131,11 @@ def work(cell: Cell) -> list[dict[str, Any]]:
     ref_test = [accs[m]["test_acc"] for m in accs if m != target]
     rows: list[dict[str, Any]] = []
     for o in result.outcomes:
-        m, cost = o.summary, o.cost_summary
+        m, cost = o.metrics, o.cost
         rows.append({
             "attack": o.name,
             **m.auc_columns(ci=True),
-            **m.tpr_columns(FPRS, TPR_SPELLING, ci=True),
+            **m.tpr_columns(FPRS, ci=True),
             **m.counts(),
             "cost_models": cost.models,
             "cost_queries": cost.queries_per_sample,

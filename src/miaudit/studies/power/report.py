@@ -25,12 +25,14 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from miaudit.io import atomic_open, write_text
-from miaudit.records.outcomes import tpr_column
+from miaudit.records.columns import tpr_column
 from miaudit.report.formatting import markdown_table
 from miaudit.report.plots import figure_png
 
-FPRS, TPR_SPELLING = (0.001, 0.01), "%"
-TPR01, TPR1 = (tpr_column(f, TPR_SPELLING) for f in FPRS)  # "tpr_0.1%", "tpr_1%"
+# tables recorded before the one spelling named these columns tpr_0.1% and tpr_1%
+# (miaudit.records.columns reads them)
+FPRS = (0.001, 0.01)
+TPR01, TPR1 = (tpr_column(f) for f in FPRS)  # "tpr@0.001", "tpr@0.01"
 HELD_OUT = (0, 1, 2, 3)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from miaudit.attacks.rapid import PAPER_RECIPE
 from miaudit.signals.query import augmented_queries
-from miaudit.studies.rapid.report import FPRS, TPR_SPELLING, summarize
+from miaudit.studies.rapid.report import FPRS, summarize
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell
 
@@ -124,7 +124,7 @@ def work(cell: Cell) -> list[dict[str, Any]]:
                                thresholds=False)
         ref_test = [accs[m]["test_acc"] for m in range(1, 1 + n_refs)]
         for o in result.outcomes:
-            m, cost = o.summary, o.cost_summary
+            m, cost = o.metrics, o.cost
             rows.append({
                 "attack": o.name,
                 "main": (n_refs, n_queries) == main,
@@ -132,7 +132,7 @@ def work(cell: Cell) -> list[dict[str, Any]]:
                 "n_queries": n_queries,
                 "query_names": ",".join(built.queries[:n_queries]),
                 **m.auc_columns(ci=True),
-                **m.tpr_columns(FPRS, TPR_SPELLING, ci=True),
+                **m.tpr_columns(FPRS, ci=True),
                 **m.counts(),
                 "cost_models": cost.models,
                 "cost_queries": cost.queries_per_sample,

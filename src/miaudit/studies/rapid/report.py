@@ -16,13 +16,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from miaudit.io import atomic_open, write_text
-from miaudit.records.outcomes import tpr_column
+from miaudit.records.columns import tpr_column
 from miaudit.report.formatting import markdown_table, mean_std, pct_mean_std
 from miaudit.report.plots import figure_png
 
-# the FPRs results.csv records a TPR at (with its interval), and how its columns spell them
-FPRS, TPR_SPELLING = (0.001, 0.01), "%"
-TPR01, TPR1 = (tpr_column(f, TPR_SPELLING) for f in FPRS)  # "tpr_0.1%", "tpr_1%"
+# the FPRs results.csv records a TPR at (with its interval); tables recorded before the one
+# spelling named these columns tpr_0.1% and tpr_1% (miaudit.records.columns reads them)
+FPRS = (0.001, 0.01)
+TPR01, TPR1 = (tpr_column(f) for f in FPRS)  # "tpr@0.001", "tpr@0.01"
 
 PAPER = ('He et al., "Is Difficulty Calibration All We Need? Towards More Practical Membership '
          'Inference Attacks", ACM CCS 2024, arXiv 2409.00426')

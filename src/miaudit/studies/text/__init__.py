@@ -27,7 +27,7 @@ from typing import Any
 from miaudit.signals.query import text_queries
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell, StudyError
-from miaudit.studies.text.report import FPRS, TPR_SPELLING, summarize
+from miaudit.studies.text.report import FPRS, summarize
 
 ENCODER_ATTACKS = ["rapid", "lira-offline", "rmia", "calibrated-loss", "loss", "blind"]
 LM_ATTACKS = ["lm-rapid", "lm-lira-offline", "lm-rmia", "lm-calibrated", "min-k-plus-plus",
@@ -123,10 +123,10 @@ def work(cell: Cell) -> list[dict[str, Any]]:
     notes = "; ".join(built.info["notes"])
     rows = []
     for o in result.outcomes:
-        m, cost = o.summary, o.cost_summary
+        m, cost = o.metrics, o.cost
         rows.append({
             "table": params["setup"]["table"], "attack": o.name,
-            **m.auc_columns(ci=True), **m.tpr_columns(FPRS, TPR_SPELLING, ci=True), **m.counts(),
+            **m.auc_columns(ci=True), **m.tpr_columns(FPRS, ci=True), **m.counts(),
             **fit,
             "n_references": int(params["references"]), "n_queries": len(built.queries),
             "queries": ",".join(built.queries),

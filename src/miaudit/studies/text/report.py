@@ -24,9 +24,9 @@ from miaudit.report.formatting import (
     pct_ci,
     pct_mean_std,
 )
-from miaudit.studies.rapid.report import FPRS, PAPER, PAPER_NUMBERS, TPR01, TPR1, TPR_SPELLING
+from miaudit.studies.rapid.report import FPRS, PAPER, PAPER_NUMBERS, TPR01, TPR1
 
-__all__ = ["FPRS", "TPR_SPELLING", "attack_table", "claim_table", "summarize"]
+__all__ = ["FPRS", "attack_table", "claim_table", "summarize"]
 
 TABLE_TITLES = {
     "encoder": "Fine-tuned text classifiers (ham/spam)",
