@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from miaudit.records.outcomes import AuditResult
+from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.report.formatting import ci_words, fmt_auc, plural
 from miaudit.report.formatting import pct as _pct
 from miaudit.report.formatting import rate as _rate
 from miaudit.verdict.headline import reasons_sentence
-from miaudit.verdict.records import ReleaseVerdict
+from miaudit.verdict.records import Assessment, ReleaseVerdict
 
 # the ranking and the level are the report's (the table's ★ and every report's verdict line);
 # this module words them as the release statement
@@ -54,10 +54,37 @@ def make_verdict(result: AuditResult, context: Mapping[str, Any]) -> ReleaseVerd
     if found.level == "none" or found.attack is None or main is None:
         return ReleaseVerdict(level="none", headline="No attack ran, so nothing was measured.")
     best = result.outcome(found.attack)
-    figures = found.figures
-    fpr, tpr, ci = main.fpr, main.tpr, main.tpr_ci
-    measurable = found.level == "exposed"
     confidence = int(round(100 * context.get("confidence", 0.95)))
+    headline = _headline(result, found, best, confidence)
+    paragraphs = [_support(best, found, confidence),
+                  _advice(found, context.get("outputs", "outputs"),
+                          int(context.get("references", 0) or 0))]
+    if context.get("privacy"):  # the empirical ε beside the model's DP claim, if it has one
+        paragraphs.append(context["privacy"])
+    if context.get("split"):  # whether the split itself is told apart without the model
+        paragraphs.append(context["split"])
+    caveats = _caveats(result, best, context)
+    mismatch = context.get("input_mismatch")
+    said = any(r.code == "input-mismatch" for r in found.reasons)  # in the headline
+    if mismatch and not said:  # figures of a model fed other values than it was trained on
+        caveats.insert(0, mismatch[0].upper() + mismatch[1:])
+        if found.level == "average-case":
+            headline += (" But the model's inputs look mismatched with its training data (see "
+                         "the first caveat), so the figures may understate the leak.")
+    return ReleaseVerdict(level=found.level, headline=headline, paragraphs=tuple(paragraphs),
+                          caveats=tuple(c for c in caveats if c), figures=found.figures,
+                          attack=best.name, fpr=main.fpr, auc=best.metrics.auc,
+                          input_mismatch=mismatch, reasons=found.reasons, shift=found.shift)
+
+
+def _headline(result: AuditResult, found: Assessment, best: AttackOutcome,
+              confidence: int) -> str:
+    """The statement's first sentence(s): what the strongest attack found at the headline
+    FPR, by level, with the caveats a reader must see there (no interval, few false
+    positives)."""
+    main = found.main
+    assert main is not None
+    fpr, tpr, ci = main.fpr, main.tpr, main.tpr_ci
     ci_text = _ci(ci, confidence)
     level = found.level
     if level == INCONCLUSIVE:
@@ -67,7 +94,7 @@ def make_verdict(result: AuditResult, context: Mapping[str, Any]) -> ReleaseVerd
             f"training samples at {_rate(fpr)} FPR ({ci_text}) where guessing flags "
             f"{_rate(fpr)}."
         )
-    elif measurable:
+    elif level == "exposed":
         ratio = main.times_chance
         degree = {"slightly": "slightly but measurably"}.get(found.degree or "", found.degree)
         headline = (
@@ -99,8 +126,16 @@ def make_verdict(result: AuditResult, context: Mapping[str, Any]) -> ReleaseVerd
                      f"{main.expected_false_positives:g} expected false positives, fewer than "
                      f"{MIN_EXPECTED_FP}: treat it as indicative, and audit with more "
                      "non-members to confirm it.")
+    return headline
+
+
+def _support(best: AttackOutcome, found: Assessment, confidence: int) -> str:
+    """The paragraph of figures: the counts, each FPR's TPR with its interval and expected
+    false positives, the AUC."""
+    main = found.main
+    assert main is not None
     support = []
-    for f in figures:
+    for f in found.figures:
         text = (f"at {_rate(f.fpr)} FPR {best.name} finds {_pct(f.tpr)} of members "
                 f"({_ci(f.tpr_ci, confidence)}); "
                 f"{f.expected_false_positives:g} false "
@@ -110,27 +145,29 @@ def make_verdict(result: AuditResult, context: Mapping[str, Any]) -> ReleaseVerd
             text += f" (fewer than {MIN_EXPECTED_FP}: indicative only)"
         support.append(text)
     auc = best.metrics.auc
-    paragraphs = [
-        f"These rates rest on {main.n_members:,} training samples and "
-        f"{main.n_nonmembers:,} non-members: " + "; ".join(support) + "."
-        + (f" Its AUC is {fmt_auc(auc)} (0.5 is guessing)." if auc is not None else ""),
-    ]
-    outputs = context.get("outputs", "outputs")
-    references = int(context.get("references", 0) or 0)
+    return (f"These rates rest on {main.n_members:,} training samples and "
+            f"{main.n_nonmembers:,} non-members: " + "; ".join(support) + "."
+            + (f" Its AUC is {fmt_auc(auc)} (0.5 is guessing)." if auc is not None else ""))
+
+
+def _advice(found: Assessment, outputs: str, references: int) -> str:
+    """The "For a release" paragraph for the verdict's level."""
+    main = found.main
+    assert main is not None
     # advice follows what this audit did: reference models are the first step up only when
     # it had none
     stronger = ("audit again with reference models (--references) and the exact training "
                 "recipe" if not references else
                 "audit again with more reference models trained exactly like the target, more "
                 "public data or more queries")
-    if level == INCONCLUSIVE:
-        paragraphs.append(
+    if found.level == INCONCLUSIVE:
+        return (
             "For a release: this audit supports no statement either way, neither a leak nor "
             "its absence, until the problems above are fixed. Fix them and audit again; until "
             "then treat the model as unaudited."
         )
-    elif level == "average-case":
-        paragraphs.append(
+    if found.level == "average-case":
+        return (
             "For a release: with these attacks nobody singles out individual records with few "
             f"false alarms, but the model's {outputs} treat training samples measurably "
             "differently from other data, and stronger attacks (reference models trained like "
@@ -139,8 +176,8 @@ def make_verdict(result: AuditResult, context: Mapping[str, Any]) -> ReleaseVerd
             f"if the training data are sensitive, {stronger}, or reduce the gap "
             "(regularisation, fewer epochs, DP-SGD) before release."
         )
-    elif measurable:
-        paragraphs.append(
+    if found.level == "exposed":
+        return (
             f"For a release: someone who can obtain this model's {outputs} and holds data like "
             "the public data used here can tell, for some individual records, that they were in "
             "the training set, with few false alarms. If the training data are personal or "
@@ -149,21 +186,20 @@ def make_verdict(result: AuditResult, context: Mapping[str, Any]) -> ReleaseVerd
             "data, stronger regularisation or fewer epochs, DP-SGD, or releasing only labels or "
             "rounded scores lower this figure; audit again after any of them."
         )
-    else:
-        resolution = 100 * MIN_EXPECTED_FP / max(main.n_nonmembers or 0, 1)
-        paragraphs.append(
-            "For a release: this audit found no measurable membership leak with these attacks. "
-            "That is evidence against a leak these attacks can see, not proof of privacy: it "
-            f"covers only the attacks that ran, with {references or 'no'} reference model(s) "
-            "and the public data given, and with "
-            f"{main.n_nonmembers:,} non-members it cannot resolve false-positive rates below "
-            f"about {resolution:.2g}%. Stronger attacks can find leaks these did not: to look "
-            f"harder, {stronger}."
-        )
-    if context.get("privacy"):  # the empirical ε beside the model's DP claim, if it has one
-        paragraphs.append(context["privacy"])
-    if context.get("split"):  # whether the split itself is told apart without the model
-        paragraphs.append(context["split"])
+    resolution = 100 * MIN_EXPECTED_FP / max(main.n_nonmembers or 0, 1)
+    return (
+        "For a release: this audit found no measurable membership leak with these attacks. "
+        "That is evidence against a leak these attacks can see, not proof of privacy: it "
+        f"covers only the attacks that ran, with {references or 'no'} reference model(s) "
+        "and the public data given, and with "
+        f"{main.n_nonmembers:,} non-members it cannot resolve false-positive rates below "
+        f"about {resolution:.2g}%. Stronger attacks can find leaks these did not: to look "
+        f"harder, {stronger}."
+    )
+
+
+def _caveats(result: AuditResult, best: AttackOutcome, context: Mapping[str, Any]) -> list[str]:
+    """What every statement says about its own limits (empty entries dropped later)."""
     caveats = [
         f"{best.name} is the strongest of the {plural(len(model_based(result)), 'attack')} on "
         "the model, on these same samples; "
@@ -177,17 +213,7 @@ def make_verdict(result: AuditResult, context: Mapping[str, Any]) -> ReleaseVerd
     if context.get("skipped"):
         caveats.insert(1, f"{plural(context['skipped'], 'attack')} could not run on this "
                           "audit; each is listed with the reason below the table.")
-    mismatch = context.get("input_mismatch")
-    said = any(r.code == "input-mismatch" for r in found.reasons)  # in the headline
-    if mismatch and not said:  # figures of a model fed other values than it was trained on
-        caveats.insert(0, mismatch[0].upper() + mismatch[1:])
-        if level == "average-case":
-            headline += (" But the model's inputs look mismatched with its training data (see "
-                         "the first caveat), so the figures may understate the leak.")
-    return ReleaseVerdict(level=level, headline=headline, paragraphs=tuple(paragraphs),
-                          caveats=tuple(c for c in caveats if c), figures=figures,
-                          attack=best.name, fpr=fpr, auc=auc, input_mismatch=mismatch,
-                          reasons=found.reasons, shift=found.shift)
+    return caveats
 
 
 def verdict_text(verdict: ReleaseVerdict) -> str:
