@@ -204,40 +204,14 @@ def evaluate_bank(
     for name in names:
         names.set_postfix_str(name)  # which one is running: scorers take far longer than others
         spec = get_attack(name)
-        params = attack_params.get(name, {})
         if skip_unsupported:
             try:
                 spec.needs.check(view, name)
             except AttackError as exc:
                 skipped[name] = str(exc)
                 continue
-        result = run_attack(name, view, **params)
-        scores = result.scores[bank.audit]
-        started = time.perf_counter()
-        threshold = attack_threshold(result, view, params) if thresholds else None
-        threshold_seconds = time.perf_counter() - started
-        metric = AttackMetrics.from_dict(metrics.evaluate(
-            scores, members, fprs=metric_cfg.fprs, n_bootstrap=metric_cfg.bootstrap,
-            confidence=metric_cfg.confidence, seed=seed, threshold=threshold,
-            recalls=metric_cfg.recalls,
-        )).with_bounds(plan.no_bounds(MODEL_FREE_REASON) if spec.model_free
-                       else plan.bounds(result.scores))
-        uses_references = any(
-            (spec.needs.out_references, spec.needs.in_references, spec.needs.shadows)
-        )
-        used = [] if spec.model_free else (
-            [target] + (list(view.reference_ids) if uses_references else []))
-        cost = AttackCost(
-            models=len(used),
-            queries_per_sample=round(spec.queries_per_sample(view), 1),
-            score_seconds=round(result.seconds, 4),
-            # the attack run again with a reference as target, unless it scored public rows
-            # of its own (a scorer's held-out shadow rows): then ~0
-            threshold_seconds=round(threshold_seconds, 4) if thresholds else None,
-            train_seconds=(None if train_seconds is None else
-                           round(float(sum(train_seconds[m] for m in used)), 2)),
-        )
-        outcomes.append(AttackOutcome(name=name, scores=scores, metrics=metric, cost=cost))
+        outcomes.append(_score(name, view, attack_params.get(name, {}), bank.audit, members,
+                               plan, metric_cfg, seed, thresholds, train_seconds))
     settings = plan.settings(split_shifted(split_check, outcomes, metric_cfg.confidence))
     return AuditResult(
         indices=np.nonzero(bank.audit)[0], members=members, outcomes=outcomes,
@@ -245,3 +219,39 @@ def evaluate_bank(
               "privacy_audit": privacy_audit(outcomes, settings),
               "checks": {"split": split_check, "target_fit": target_fit(bank, target)}},
     )
+
+
+def _score(name: str, view: TargetView, params: dict[str, Any], audit: np.ndarray,
+           members: np.ndarray, plan: EpsilonPlan, metric_cfg: MetricsConfig, seed: int,
+           thresholds: bool, train_seconds: list[float] | None) -> AttackOutcome:
+    """One attack on ``view``: its scores on the ``audit`` samples, evaluated against
+    ``members`` (the target's membership there, which the attack never sees), with its ε
+    bounds and its cost."""
+    spec = get_attack(name)
+    result = run_attack(name, view, **params)
+    scores = result.scores[audit]
+    started = time.perf_counter()
+    threshold = attack_threshold(result, view, params) if thresholds else None
+    threshold_seconds = time.perf_counter() - started
+    metric = AttackMetrics.from_dict(metrics.evaluate(
+        scores, members, fprs=metric_cfg.fprs, n_bootstrap=metric_cfg.bootstrap,
+        confidence=metric_cfg.confidence, seed=seed, threshold=threshold,
+        recalls=metric_cfg.recalls,
+    )).with_bounds(plan.no_bounds(MODEL_FREE_REASON) if spec.model_free
+                   else plan.bounds(result.scores))
+    uses_references = any(
+        (spec.needs.out_references, spec.needs.in_references, spec.needs.shadows)
+    )
+    used = [] if spec.model_free else (
+        [view.target] + (list(view.reference_ids) if uses_references else []))
+    cost = AttackCost(
+        models=len(used),
+        queries_per_sample=round(spec.queries_per_sample(view), 1),
+        score_seconds=round(result.seconds, 4),
+        # the attack run again with a reference as target, unless it scored public rows
+        # of its own (a scorer's held-out shadow rows): then ~0
+        threshold_seconds=round(threshold_seconds, 4) if thresholds else None,
+        train_seconds=(None if train_seconds is None else
+                       round(float(sum(train_seconds[m] for m in used)), 2)),
+    )
+    return AttackOutcome(name=name, scores=scores, metrics=metric, cost=cost)
