@@ -48,7 +48,7 @@ EPSILON_OF_MU = {mu: eps for eps, mu in GAUSSIAN_DP_OF.items()}
 MU_KEYS = tuple(EPSILON_OF_MU)
 
 
-def privacy_audit(result: AuditResult) -> PrivacyAudit | None:
+def recorded_audit(result: AuditResult) -> PrivacyAudit | None:
     """The run's privacy audit (None when it computed none); a dict (summary.json's
     ``privacy_audit``, as older callers stored it) is read as one."""
     audit = (result.meta or {}).get("privacy_audit")
@@ -71,7 +71,7 @@ def privacy_line(result: AuditResult) -> str | None:
     """'Privacy: claimed ε 8 (δ 1e-05); best empirical lower bound 0.42 (rmia, threshold test
     on the audit samples; 95% over 3 bounds, Bonferroni).', then the best μ-GDP bound's
     sentence (:func:`mu_sentence`) when the run has one. None when the run computed none."""
-    audit = privacy_audit(result)
+    audit = recorded_audit(result)
     if audit is None:
         return None
     claim, best = audit.settings.claimed, audit.best
@@ -146,7 +146,7 @@ def epsilon_legend(headers: list[str]) -> str:
 def column_support(result: AuditResult, key: str) -> str:
     """What an ε column's figures rest on, for the table's subheader: '95%, δ 1e-05' ('95%'
     for μ, which needs no δ)."""
-    audit = privacy_audit(result)
+    audit = recorded_audit(result)
     if audit is None:
         return ""
     where: Any = audit.settings.canaries if key == ONE_RUN else audit.settings
@@ -192,7 +192,7 @@ def privacy_section(result: AuditResult) -> PrivacySection | None:
     the half that did not choose τ), its μ-GDP bound and that μ's ε estimate (when the run
     has μ bounds) and, with canaries, the canary threshold bound (and μ bound) and the
     one-run bound with m, k₊, k₋, r, v, α and δ. None when the run computed no bound."""
-    audit, line = privacy_audit(result), privacy_line(result)
+    audit, line = recorded_audit(result), privacy_line(result)
     if audit is None or line is None:
         return None
     settings = audit.settings

@@ -18,9 +18,9 @@ from miaudit.privacy.sections import (
     MU_LB,
     ONE_RUN_LB,
     epsilon_legend,
-    privacy_audit,
     privacy_line,
     privacy_section,
+    recorded_audit,
     table_columns,
 )
 from miaudit.records.outcomes import AuditResult
@@ -245,7 +245,7 @@ def _legend_without(result: AuditResult, table: Table, kept: list[str]) -> list[
 
 
 def _has_canaries(result: AuditResult) -> bool:
-    audit = privacy_audit(result)
+    audit = recorded_audit(result)
     return audit is not None and audit.settings.canaries is not None
 
 

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from miaudit.errors import MiauditError
 from miaudit.io import atomic_open, write_json, write_text
-from miaudit.privacy.sections import privacy_audit, privacy_line
+from miaudit.privacy.sections import privacy_line, recorded_audit
 from miaudit.records.outcomes import AttackCost, AttackMetrics, AuditResult, read_metrics_entry
 from miaudit.report.html import render_html, to_jsonable
 from miaudit.report.plots import figure_png, histograms_png, roc_png
@@ -136,7 +136,7 @@ def summary_document(result: AuditResult) -> dict[str, Any]:
         full = full.to_dict()
     verdict = {**full, "line": line.line} if isinstance(full, dict) else line.to_dict()
     summary: dict[str, Any] = {"verdict": verdict, **meta}
-    audit = privacy_audit(result)
+    audit = recorded_audit(result)
     if audit is not None:  # the line the report prints, with it
         summary["privacy_audit"] = {**audit.to_dict(), "line": privacy_line(result)}
     note = cache_note(meta)
