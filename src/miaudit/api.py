@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from miaudit.config import MetricsConfig, RunConfig
     from miaudit.records.outcomes import AttackOutcome, AuditResult
     from miaudit.signals import SignalBank
+    from miaudit.train.cluster import Compute
 
 __all__ = ["attack", "run", "audit", "ranked", "strongest"]
 
@@ -114,6 +116,15 @@ def attack(
     return result
 
 
+def _compute_mapping(compute: Any) -> Any:
+    """``compute=`` of the API as a config mapping: a mapping of its keys as given, a
+    :class:`~miaudit.train.cluster.Compute` or a ``ComputeConfig`` as its keys (anything else
+    is left for the config to refuse)."""
+    if dataclasses.is_dataclass(compute) and not isinstance(compute, type):
+        return dataclasses.asdict(compute)
+    return dict(compute) if isinstance(compute, Mapping) else compute
+
+
 def run(
     config: RunConfig | Mapping[str, Any] | str | os.PathLike[str],
     out: str | os.PathLike[str] | None = None,
@@ -121,17 +132,29 @@ def run(
     echo: bool = False,
     *,
     overwrite: bool = False,
+    compute: Compute | Mapping[str, Any] | None = None,
 ) -> AuditResult:
     """Run a configured audit, as ``miaudit run CONFIG [--out OUT]`` does: trains (or loads
-    from the model cache) every model, writes the run directory (config.yaml, bank.npz, the
-    report) and returns the result; ``result.out`` is the run directory.
+    from the model cache) every model, writes the run directory (config.yaml, training.json,
+    bank.npz, the report) and returns the result; ``result.out`` is the run directory.
 
     ``config``: a :class:`~miaudit.config.RunConfig` (not modified), a mapping of its fields
-    (as in a YAML config) or the path of a YAML config. ``echo`` prints the results table as
-    the command does. A run directory holding another run (another command's or config's) is
-    refused unless ``overwrite=True`` (``--overwrite``); the same config reruns into its own.
+    (as in a YAML config) or the path of a YAML config. ``compute``: where the models train,
+    laid over the config's ``compute`` section (``--executor``, ``--ray-address``): a mapping
+    of its keys (``{"executor": "ray", "address": "auto"}``) or a
+    :class:`~miaudit.train.cluster.Compute`; None keeps the config's. ``echo`` prints the
+    results table as the command does. A run directory holding another run (another
+    command's or config's) is refused unless ``overwrite=True`` (``--overwrite``); the same
+    config reruns into its own, wherever its models train.
     """
-    from miaudit.config import RunConfig, config_from_dict, load_config
+    from miaudit.config import (
+        ComputeConfig,
+        RunConfig,
+        build_config,
+        compute_section,
+        config_from_dict,
+        load_config,
+    )
 
     if isinstance(config, RunConfig):
         cfg = copy.deepcopy(config)  # `out` must not change the caller's config
@@ -141,6 +164,18 @@ def run(
         cfg = load_config(config)
     if out is not None:
         cfg.output = os.fspath(out)
+    if compute is not None:  # laid over the config's section, checked as it is
+        given = _compute_mapping(compute)
+        if not isinstance(given, dict):
+            from miaudit.errors import ConfigError
+
+            raise ConfigError(f"compute must be a mapping of compute keys or a Compute; got "
+                              f"{type(compute).__name__}.")
+        base = dataclasses.asdict(compute_section(cfg.compute))
+        if given.get("executor") == "local" and "address" not in given:
+            base["address"] = None  # a cluster's address means nothing to local training
+        cfg.compute = build_config(ComputeConfig, {**base, **given}, {}, "compute")
+    cfg.compute = compute_section(cfg.compute)
     # a bad config has failed by now, before the pipeline's imports (torch)
     from miaudit.pipeline.runner import run as run_pipeline
 
@@ -344,13 +379,15 @@ def audit(
     max_length: int | None = None,
     reference_base: str | os.PathLike[str] | None = None,
     augment: str | Sequence[str] | None = None,
+    compute: Compute | Mapping[str, Any] | None = None,
     progress: bool = True,
     echo: bool = False,
     overwrite: bool = False,
     **options: Any,
 ) -> AuditResult:
     """Audit a model trained elsewhere, as ``miaudit audit`` does: writes the run directory
-    (``runs/<name>/`` or ``out``: report, verdict, exposed.csv, bank.npz, audit.yaml) and
+    (``runs/<name>/`` or ``out``: report, verdict, exposed.csv, bank.npz, audit.yaml,
+    training.json) and
     returns the result (``result.out`` the directory, ``result.meta["verdict"]`` the release
     statement, a :class:`~miaudit.verdict.records.ReleaseVerdict`).
 
@@ -377,7 +414,10 @@ def audit(
     table files (texts for a model folder). ``preprocessing``: ``"standard"`` or ``"raw"``,
     the values the model was trained on (README, "Datasets and their preprocessing").
     ``augment``: how the model was trained, its augmentation steps (``["crop", "mirror"]``,
-    ``--augment``): images are then queried with the attacks' augmented views.
+    ``--augment``): images are then queried with the attacks' augmented views. ``compute``:
+    where the reference models train (``--executor ray``, ``--ray-address``), the config's
+    ``compute`` section: a mapping of its keys (``{"executor": "ray", "address": "auto"}``)
+    or a :class:`~miaudit.train.cluster.Compute`; default on this machine.
 
     ``options``: any other audit-config key, as in audit.yaml (``seed=``, ``name=``,
     ``metrics={"bootstrap": 100}``, ``signals={"grad_norm": False}``, ``attack_params=``,
@@ -394,6 +434,8 @@ def audit(
     from miaudit.external.run import run_audit
     from miaudit.records.run_dir import API_TEMP_PREFIX
 
+    if compute is not None:  # as the config's mapping (a Compute's keys)
+        options["compute"] = _compute_mapping(compute)
     # the run's identity names files in this folder alike every time (miaudit.io): arrays given
     # anew to the same audit rerun into its folder
     with tempfile.TemporaryDirectory(prefix=API_TEMP_PREFIX) as tmp:

@@ -7,8 +7,9 @@ warning that names the new one.
 `miaudit run` (:class:`RunConfig`) and `miaudit audit` (its ``AuditConfig``,
 :mod:`miaudit.external.audit_config`) spell and default the settings they share alike:
 ``signals`` (:func:`resolve_queries` and :func:`resolve_grad_norm` are the one rule of both
-for ``auto``), ``metrics`` (one class), ``name``, ``seed``, ``attack_params``, ``device``,
-``output``, ``cache_dir``, ``data_dir``; tests/external/test_audit_config.py holds them to it.
+for ``auto``), ``metrics`` and ``compute`` (one class each), ``name``, ``seed``,
+``attack_params``, ``device``, ``output``, ``cache_dir``, ``data_dir``;
+tests/external/test_audit_config.py holds them to it.
 """
 
 from __future__ import annotations
@@ -206,6 +207,55 @@ class CanariesConfig:
             check_delta(self.delta, "canaries.delta")
 
 
+@dataclass
+class ComputeConfig:
+    """Where the models train: :class:`miaudit.train.cluster.Compute`'s keys and defaults (a
+    test holds them alike), checked by it when the config loads, before anything trains.
+
+    ``executor``: ``local`` (this machine) or ``ray`` (a Ray cluster; ``--executor ray``).
+    ``address``: ``None`` starts a local Ray instance bound to loopback; ``auto`` or
+    ``ray://host:port`` joins a running cluster (``--ray-address``). Each Ray task asks for
+    ``cpus_per_model`` CPUs and ``gpus_per_model`` GPUs, and is retried up to ``max_retries``
+    times when its worker dies. Where a model trains is not in its cache key, and on CPU it
+    changes neither the weights nor the scores: it is not part of the run's identity either
+    (rerunning with ``--executor ray`` replaces the same run)."""
+
+    executor: str = "local"
+    address: str | None = None
+    cpus_per_model: float = 1.0
+    gpus_per_model: float = 0.0
+    max_retries: int = 3
+
+    def to_compute(self) -> Any:
+        """The checked :class:`~miaudit.train.cluster.Compute` (ConfigError naming the key)."""
+        from miaudit.train.cluster import Compute
+
+        return Compute.from_dict(dataclasses.asdict(self))
+
+
+def compute_section(value: Any) -> ComputeConfig:
+    """``compute`` of either config, checked (ConfigError naming the bad key or value): a
+    ComputeConfig, left empty in the YAML (None: local), or a Compute from the Python API."""
+    if value is None:
+        value = ComputeConfig()
+    if not isinstance(value, ComputeConfig):  # a miaudit.train.cluster.Compute
+        to_dict = getattr(value, "to_dict", None)
+        if not callable(to_dict):
+            raise ConfigError(f"compute must be a mapping (executor, address, ...); "
+                              f"got {type(value).__name__}.")
+        value = ComputeConfig(**to_dict())
+    value.to_compute()
+    return value
+
+
+def identity_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config mapping (a run's or an audit's) as it makes the run's identity
+    (:class:`miaudit.records.run_dir.RunIdentity`): less ``compute``, which says where the
+    models train, not what the run measures (no cache key holds it either), so a rerun on a
+    Ray cluster replaces the same run made locally."""
+    return {k: v for k, v in config.items() if k != "compute"}
+
+
 @overload
 def split_names(value: None) -> None: ...
 
@@ -276,6 +326,7 @@ class RunConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     canaries: CanariesConfig = field(default_factory=CanariesConfig)
     device: str = "auto"  # auto | cpu | cuda[:N]
+    compute: ComputeConfig = field(default_factory=ComputeConfig)  # where the models train
     output: str | None = None  # run directory; default runs/<name>
     cache_dir: str | None = None  # model cache; default $MIAUDIT_CACHE_DIR or ~/.cache/miaudit
     data_dir: str | None = None
@@ -295,6 +346,7 @@ _NESTED = {
     "forgetting": ForgettingConfig,
     "checkpoints": CheckpointsConfig,
     "canaries": CanariesConfig,
+    "compute": ComputeConfig,
 }
 
 
@@ -403,6 +455,7 @@ def _check_types(cfg: RunConfig) -> None:
          f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
     need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
     _check_forgetting(cfg)
+    cfg.compute = compute_section(cfg.compute)
 
 
 def _check_attacks(cfg: RunConfig) -> None:

@@ -33,6 +33,8 @@ SHARED = (
     "signals.queries", "signals.grad_norm", "signals.boundary_distance", "signals.batch_size",
     "metrics.fprs", "metrics.bootstrap", "metrics.confidence", "metrics.recalls",
     "metrics.epsilon_delta", "metrics.epsilon_alpha", "metrics.split_check",
+    "compute.executor", "compute.address", "compute.cpus_per_model", "compute.gpus_per_model",
+    "compute.max_retries",
 )
 # Spelled alike, defaulted apart on purpose (the reason is in both fields' docstrings).
 DIFFERENT_DEFAULTS = {

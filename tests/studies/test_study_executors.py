@@ -69,6 +69,26 @@ def test_unknown_executor_and_misplaced_address():
         LocalExecutor(workers=-1)
 
 
+def test_the_loopback_helper_is_the_trainers():
+    """A local Ray instance is started loopback-only by one helper, in the training layer
+    (miaudit.train.cluster), which the studies' executor imports (no import upwards)."""
+    from miaudit.studies import executors
+    from miaudit.train import cluster
+
+    assert executors._loopback_only is cluster._loopback_only
+    assert executors.LOCAL_RAY_ADDRESS == cluster.LOCAL_RAY_ADDRESS == "127.0.0.1"
+
+
+def test_the_study_help_says_cells_fan_out(capsys):
+    from miaudit.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["study", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "the cells fan out as Ray tasks, and each cell's models train in its worker" in \
+        help_text
+
+
 def test_worker_setup_turns_off_the_trainers_nested_pool(monkeypatch):
     import torch
 

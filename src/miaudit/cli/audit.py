@@ -46,6 +46,7 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
     The options :func:`miaudit.audit` takes as arguments go through the function it uses,
     :func:`~miaudit.external.audit_config.options_mapping`; the rest (signals, seed, name, ...) are
     what the API takes as ``options``."""
+    from miaudit.cli.compute import compute_flags
     from miaudit.config import split_names
     from miaudit.external.audit_config import merge, options_mapping
 
@@ -73,11 +74,15 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
                "boundary_distance": True if args.boundary_distance else None}
     rest = {"signals": {k: v for k, v in signals.items() if v is not None},
             "exposed": args.exposed, "seed": args.seed, "name": args.name,
-            "device": args.device, "cache_dir": args.cache_dir}
+            "device": args.device, "cache_dir": args.cache_dir,
+            "compute": compute_flags(args)}
     return merge(mapping, {k: v for k, v in rest.items() if v is not None and v != {}})
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    from miaudit.cli.compute import compute_flags
+
+    compute_flags(args)  # a misplaced --ray-address fails before anything loads
     from miaudit.config import read_yaml
     from miaudit.external.audit_config import resolve
     from miaudit.external.run import run_audit
@@ -160,6 +165,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     o.add_argument("--device", help="auto, cpu or cuda[:N]")
     o.add_argument("--out", help="run directory (default runs/NAME)")
     o.add_argument("--cache-dir", help="model cache (default ~/.cache/miaudit/models)")
+    from miaudit.cli.compute import add_compute_flags  # argparse only
+
+    add_compute_flags(o)
     o.add_argument("--quiet", action="store_true", help="no progress bars")
     o.add_argument("--overwrite", action="store_true",
                    help="replace the run in the output folder even if another command or "

@@ -13,6 +13,7 @@ import yaml
 
 from miaudit.cli import audit as audit_cli
 from miaudit.cli import study as study_cli
+from miaudit.cli.compute import add_compute_flags, compute_flags
 from miaudit.errors import MiauditError
 
 OVERWRITE_HELP = ("replace the run in the output folder even if another command or config "
@@ -32,10 +33,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    compute = compute_flags(args)  # a misplaced --ray-address fails before the config loads
     from miaudit.api import run
 
     run(args.config, out=args.out, progress=not args.quiet, echo=True,
-        overwrite=args.overwrite)
+        overwrite=args.overwrite, compute=compute)
     return 0
 
 
@@ -176,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="run directory (default: the config's output or runs/NAME)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+    add_compute_flags(run)
     run.set_defaults(fn=cmd_run)
 
     attack = sub.add_parser("attack", help="score attacks on a bank.npz (no model needed)")

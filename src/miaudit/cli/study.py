@@ -37,10 +37,12 @@ def register(subparsers: Any) -> None:
                        help="cpu (default: finishes on a laptop-class CPU) or paper (GPU-sized)")
     study.add_argument("--config", help="YAML file overriding keys of the size's config")
     study.add_argument("--executor", choices=("local", "serial", "ray"), default="local",
-                       help="local worker processes (default), serial (in-process) or ray")
-    study.add_argument("--ray-address",
-                       help="Ray cluster to join (e.g. auto, ray://host:10001); default: start "
-                       "a local Ray instance")
+                       help="where the study's cells run: local worker processes (default), "
+                       "serial (in-process) or ray (the cells fan out as Ray tasks, and each "
+                       "cell's models train in its worker, as in a local worker process)")
+    study.add_argument("--ray-address", metavar="ADDR",
+                       help="with --executor ray: the Ray cluster to join (e.g. auto, "
+                       "ray://host:10001); default: start a local Ray instance on loopback")
     study.add_argument("--workers", type=int,
                        help="worker processes (local) or CPUs of a local Ray instance "
                        "(default: the usable cores)")

@@ -29,9 +29,11 @@ import yaml
 
 from miaudit.config import (
     AUTO,
+    ComputeConfig,
     MetricsConfig,
     build_config,
     check_signals,
+    compute_section,
     resolve_grad_norm,
     resolve_queries,
 )
@@ -152,6 +154,8 @@ class AuditConfig:
     exposed: int = 20  # training samples in the exposure ranking
     data_dir: str | None = None  # datasets folder; default $MIAUDIT_DATA_DIR or ~/.cache
     device: str = "auto"  # auto | cpu | cuda[:N]
+    # where the reference models train (a run's compute: local, or a Ray cluster)
+    compute: ComputeConfig = field(default_factory=ComputeConfig)
     output: str | None = None  # run directory; default runs/<name>
     cache_dir: str | None = None  # model cache; default $MIAUDIT_CACHE_DIR or ~/.cache
 
@@ -204,6 +208,7 @@ _SECTIONS: dict[str, type] = {
     "references": ReferencesSection,
     "signals": SignalsSection,
     "metrics": MetricsConfig,
+    "compute": ComputeConfig,
 }
 
 
@@ -283,6 +288,7 @@ def _check(cfg: AuditConfig) -> None:
     from miaudit.attacks.registry import check_attack_params
 
     check_attack_params(cfg.attack_params, selected=cfg.attacks)
+    cfg.compute = compute_section(cfg.compute)
 
 
 def _check_claim(m: ModelSection) -> None:

@@ -33,13 +33,14 @@ from torch import nn
 
 from miaudit import version
 from miaudit.cache import code_version
+from miaudit.config import compute_section
 from miaudit.errors import CacheError, ConfigError
 from miaudit.external.audit_config import AuditConfig
 from miaudit.external.data import AuditData
 from miaudit.external.sources import OutputModule, Target, sklearn_predict
 from miaudit.io import atomic_path, write_json
 from miaudit.models.user import source_digest
-from miaudit.train import ModelCache, Recipe, indices_digest
+from miaudit.train import ModelCache, Recipe, TrainedModel, indices_digest
 
 log = logging.getLogger(__name__)
 code_version.pin_sources(code_version.SKLEARN_FIT_CODE)  # this module's code, as imported
@@ -61,6 +62,9 @@ class References:
     reason: str | None = None  # why there are none
     notes: list[str] = field(default_factory=list)
     caveats: list[str] = field(default_factory=list)  # for the verdict's reference note
+    # the torch references as trained (or loaded): where each trained, for training.json
+    # (none for scikit-learn clones, which are fitted here, and without references)
+    trained_models: list[TrainedModel] = field(default_factory=list)
 
 
 def torch_recipe(cfg: AuditConfig, target: Target) -> tuple[Recipe | None, str | None]:
@@ -230,7 +234,8 @@ def reference_models(
     progress: bool = True,
 ) -> References:
     """Train (or load) `cfg.references.models` reference models on random subsets of the
-    public pool, each as large as the target's training set (see `reference_rows`)."""
+    public pool, each as large as the target's training set (see `reference_rows`); torch
+    references train where ``cfg.compute`` says (this machine or a Ray cluster)."""
     n = cfg.references.models
     if n == 0:
         return References(reason="references.models is 0 (threshold attacks only)")
@@ -276,6 +281,7 @@ def reference_models(
     models = cache.get_or_train_many(
         public.fingerprint(), jobs, recipe, device, features=public.features,
         labels=public.labels, num_classes=data.num_classes, progress=progress,
+        compute=compute_section(cfg.compute).to_compute(),
     )
     notes = list(caveats)
     if target.kind not in ("torch", "hf") or (target.kind == "hf" and recipe.architecture != "hf"):
@@ -284,4 +290,5 @@ def reference_models(
     return References(
         [m.module.eval() for m in models], membership, [m.train_seconds for m in models],
         recipe.to_dict(), cache.stats.misses, cache.stats.hits, notes=notes, caveats=caveats,
+        trained_models=models,
     )

@@ -11,6 +11,7 @@ import torch
 
 from miaudit.attacks import get_attack
 from miaudit.attacks.registry import check_attack_params
+from miaudit.config import compute_section, identity_config
 from miaudit.errors import ConfigError
 from miaudit.external.audit_bank import bank_summary, build_audit_bank, skip_reasons
 from miaudit.external.audit_config import AuditConfig, audit_signals, dump_audit_config
@@ -29,6 +30,7 @@ from miaudit.report import format_table, write_report
 from miaudit.report.exposure import EXPOSURE_FIGURE
 from miaudit.report.split import split_line
 from miaudit.runtime.devices import resolve_device
+from miaudit.train.cluster import write_training_document
 from miaudit.train.model_cache import default_cache_dir
 from miaudit.verdict.release import make_verdict, verdict_text
 
@@ -112,7 +114,8 @@ def _claim(cfg: AuditConfig) -> dict[str, float] | None:
 def run_audit(
     cfg: AuditConfig, progress: bool = True, echo: bool = True, overwrite: bool = False
 ) -> tuple[AuditResult, Path]:
-    """The whole audit; writes audit.yaml, bank.npz, exposed.csv, verdict.txt and the report.
+    """The whole audit; writes audit.yaml, training.json, bank.npz, exposed.csv, verdict.txt
+    and the report.
 
     Everything is written into a staging folder that replaces the previous run's files only
     when this audit succeeds (io.StagedRunDir): bad input or an interruption leaves the
@@ -124,9 +127,11 @@ def run_audit(
     check_attack_params(cfg.attack_params)  # so do parameters (an AuditConfig built in Python)
     if cfg.model.predict:  # and a class named as a prediction function (it needs weights)
         prediction_function(cfg.model.predict)
+    cfg.compute = compute_section(cfg.compute)  # and where the references train
     out = run_dir(cfg)
-    with StagedRunDir(out, command="audit", name=cfg.name, config=cfg.to_dict(),
-                      defaults=AuditConfig().to_dict(), overwrite=overwrite) as stage:
+    with StagedRunDir(out, command="audit", name=cfg.name, config=identity_config(cfg.to_dict()),
+                      defaults=identity_config(AuditConfig().to_dict()),
+                      overwrite=overwrite) as stage:
         result = _audit_into(cfg, names, stage, progress)
     if echo:
         verdict = result.meta["verdict"]
@@ -170,6 +175,9 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
     audit_signals(cfg, data.kind, target.kind)  # a model.augment for no images: before references
     cache_root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     refs = reference_models(cfg, target, data, cache_root, device, progress)
+    # where each reference model came from (none listed for scikit-learn clones or without
+    # references): a node of the Ray cluster, this machine ("local") or the cache
+    write_training_document(out, refs.trained_models)
     built = build_audit_bank(cfg, target, refs, data, device, progress)
     built.bank.save(out / "bank.npz")
     skipped = skip_reasons(names, built, refs)
@@ -211,7 +219,7 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
     text = verdict_text(verdict)
     write_text(out / "verdict.txt", text)
     write_json(out / "verdict.json", verdict.to_dict())
-    written = ["audit.yaml", "bank.npz", "verdict.txt", "verdict.json"]
+    written = ["audit.yaml", "bank.npz", "training.json", "verdict.txt", "verdict.json"]
     if result.meta.get("exposure"):
         written.append("exposed.csv")
     write_report(result, out, extra_figures=figures or None, run_files=written)

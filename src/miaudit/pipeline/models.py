@@ -8,11 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.config import RunConfig, recipe_fields
+from miaudit.config import RunConfig, compute_section, recipe_fields
 from miaudit.data import Dataset
 from miaudit.errors import ConfigError
 from miaudit.protocol import Design
 from miaudit.train import CheckpointSpec, ModelCache, Recipe, TrainedModel, key_for
+from miaudit.train.cluster import Compute
 from miaudit.train.forgetting import forget
 from miaudit.train.model_cache import forgetting_key
 
@@ -61,6 +62,12 @@ def checkpoint_spec(cfg: RunConfig) -> CheckpointSpec | None:
     return spec or None
 
 
+def run_compute(cfg: RunConfig) -> Compute:
+    """Where the config's models train (its ``compute`` section, checked)."""
+    compute: Compute = compute_section(cfg.compute).to_compute()
+    return compute
+
+
 def train_design(
     cfg: RunConfig, dataset: Dataset, design: Design, cache: ModelCache, device: str,
     progress: bool, target_dataset: Dataset | None = None,
@@ -69,9 +76,11 @@ def train_design(
     dataset train together, stacked where the trainer can), each with its checkpoints when the
     config keeps some (target and references at the same positions). `target_dataset`: what
     the target trains on when it differs from `dataset` (canaries' labels; its fingerprint
-    makes the target's cache key)."""
+    makes the target's cache key). The misses train where ``cfg.compute`` says (this machine,
+    or a Ray cluster: the same weights, see :mod:`miaudit.train.cluster`)."""
     recipes = resolve_recipes(cfg)
     spec = checkpoint_spec(cfg)
+    compute = run_compute(cfg)
     seeds = [cfg.seed * 10_000 + m for m in range(design.n_models)]
     models: list[TrainedModel | None] = [None] * design.n_models
     others = [m for m in range(design.n_models) if m != design.target]
@@ -95,6 +104,7 @@ def train_design(
             num_classes=data.num_classes,
             progress=progress,
             checkpoints=spec,
+            compute=compute,
         )
         for m, model in zip(members, trained, strict=True):
             models[m] = model
@@ -105,7 +115,9 @@ def forgetting_models(
     cfg: RunConfig, dataset: Dataset, design: Design, target: TrainedModel, cache: ModelCache,
     device: str,
 ) -> list[TrainedModel]:  # fmt: skip
-    """Calibration-via-forgetting copies of the target, fine-tuned on the public pool."""
+    """Calibration-via-forgetting copies of the target, fine-tuned on the public pool (on
+    this machine, whatever ``cfg.compute`` says: each copy starts from the target's weights,
+    which a Ray task of :mod:`miaudit.train.cluster` does not carry)."""
     if cfg.forgetting.models == 0:
         return []
     if design.split.public.size == 0:

@@ -12,7 +12,7 @@ import torch
 
 from miaudit.attacks import get_attack
 from miaudit.attacks.registry import check_attack_params
-from miaudit.config import RunConfig, dump_config
+from miaudit.config import RunConfig, compute_section, dump_config, identity_config
 from miaudit.io import write_text
 from miaudit.pipeline.checkpoint_audit import audit_checkpoints, checkpoints_table
 from miaudit.pipeline.evaluate import evaluate_bank
@@ -25,6 +25,7 @@ from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.records.run_dir import StagedRunDir
 from miaudit.report import format_table, write_report
 from miaudit.report.plots import calibration_figure
+from miaudit.train.cluster import write_training_document
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
@@ -66,7 +67,8 @@ def _split_check(cfg: RunConfig, built: BuiltBank) -> dict[str, Any] | None:
 def run(
     cfg: RunConfig, progress: bool = True, echo: bool = True, overwrite: bool = False
 ) -> tuple[AuditResult, Path]:
-    """The whole audit; writes config.yaml, bank.npz and the report into the run directory.
+    """The whole audit; writes config.yaml, training.json, bank.npz and the report into the
+    run directory.
 
     The config is checked before any work; everything is written into a staging folder that
     replaces the previous run's files only when this run succeeds (io.StagedRunDir), so a
@@ -76,9 +78,11 @@ def run(
     check_attack_params(cfg.attack_params)  # a RunConfig built in Python skipped its _check
     resolve_recipes(cfg)  # a bad recipe field fails before the dataset loads
     check_canaries(cfg)  # so do canaries that could never certify ε > 0
+    cfg.compute = compute_section(cfg.compute)  # and a bad compute section
     out = run_dir_for(cfg)
-    with StagedRunDir(out, command="run", name=cfg.name, config=cfg.to_dict(),
-                      defaults=RunConfig().to_dict(), overwrite=overwrite) as stage:
+    with StagedRunDir(out, command="run", name=cfg.name, config=identity_config(cfg.to_dict()),
+                      defaults=identity_config(RunConfig().to_dict()),
+                      overwrite=overwrite) as stage:
         result, checkpoints = _run_into(cfg, stage, progress)
     if echo:
         print(format_table(result))
@@ -98,6 +102,9 @@ def _run_into(
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     built = build_bank(cfg, progress)
+    # where each of the design's models came from: a node of the Ray cluster, this machine
+    # ("local") or the cache
+    write_training_document(out, built.models)
     built.bank.save(out / "bank.npz")
     target = built.models[built.design.target]
     result = evaluate_bank(
@@ -109,7 +116,7 @@ def _run_into(
     result.outcomes += _forgetting_outcomes(cfg, built)
     # the best bound again, over the forgetting outcomes' bounds too (Bonferroni over all)
     audit = privacy_audit(result.outcomes, result.meta["privacy_audit"])
-    written = ["config.yaml", "bank.npz"]
+    written = ["config.yaml", "bank.npz", "training.json"]
     if built.design.split.canaries.size:
         audit = audit.with_canary_kind(cfg.canaries.kind)
         write_text(out / "canaries.csv",

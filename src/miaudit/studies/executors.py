@@ -10,7 +10,6 @@ are small and separate processes use the cores better than intra-op threads, see
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import multiprocessing
 import os
 import threading
@@ -19,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from miaudit.studies.cells import Cell, StudyError, Work
+from miaudit.train.cluster import LOCAL_RAY_ADDRESS, _loopback_only
 from miaudit.train.parallel import usable_cpus
 
 Outcome = tuple[Cell, Any, BaseException | None, float]
@@ -133,33 +133,6 @@ def _ray_module() -> Any:
 def _ray_task(work: Work, cell: Cell) -> tuple[Any, float]:
     init_worker(1)
     return _timed(work, cell)
-
-
-LOCAL_RAY_ADDRESS = "127.0.0.1"  # where a local Ray instance binds
-# On Linux, Ray maps a 127.0.0.1 node address to the machine's routable one and its head
-# listens on every interface, unless clusters are off (Ray's switch for macOS and Windows):
-# measured with `ss -ltnp`, ray.init(_node_ip_address="127.0.0.1") alone listened on *:port.
-_RAY_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-
-
-@contextlib.contextmanager
-def _loopback_only(ray: Any) -> Iterator[None]:
-    """Start a local Ray instance reachable from this machine only: clusters off for the
-    processes it spawns (the environment) and for this one (Ray reads the switch once, at
-    import, into ``ray._private.ray_constants``), both restored after."""
-    from ray._private import ray_constants
-
-    before_env, before = os.environ.get(_RAY_CLUSTER_ENV), ray_constants.ENABLE_RAY_CLUSTER
-    os.environ[_RAY_CLUSTER_ENV] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = before
-        if before_env is None:
-            os.environ.pop(_RAY_CLUSTER_ENV, None)
-        else:
-            os.environ[_RAY_CLUSTER_ENV] = before_env
 
 
 class RayExecutor:
