@@ -108,7 +108,7 @@ def ray_figures(wall: float, run: Any, slots: int) -> dict[str, Any]:
 def start_cluster(ray: Any) -> tuple[Any, float]:
     from ray.cluster_utils import Cluster
 
-    from miaudit.studies.executors import _loopback_only
+    from miaudit.train.cluster import _loopback_only
 
     start = time.perf_counter()
     with _loopback_only(ray):

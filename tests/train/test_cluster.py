@@ -35,7 +35,7 @@ from miaudit.train.cluster import (
 
 ray = pytest.importorskip("ray")  # the dev extra installs it, so CI runs these
 cluster_utils = pytest.importorskip("ray.cluster_utils")
-from miaudit.studies.executors import _loopback_only  # noqa: E402
+from miaudit.train.cluster import _loopback_only  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
 RECIPE = Recipe(architecture="mlp", arch_params={"hidden": 32}, epochs=3, batch_size=32)
