@@ -1,3 +1,5 @@
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -160,3 +162,97 @@ def test_token_queries_need_token_data_and_the_text_query_list():
     with pytest.raises(ConfigError, match="token-dropout-K"):
         make_query("mirror", 3, "tokens", width=10)
     assert text_queries(4) == ["plain", "token-dropout-1", "adjacent-swap-1", "token-dropout-2"]
+
+
+# --- devices: querying many models at once, the CUDA path's landing, precision -------------------
+
+
+def _models(n: int, classes: int = 3) -> list[torch.nn.Module]:
+    torch.manual_seed(0)
+    return [torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, classes)) for _ in range(n)]
+
+
+def _image_rows():
+    features = np.random.default_rng(1).random((11, 1, 4, 4)).astype(np.float32)
+    return features, np.array([9, 0, 4, 4, 2, 7, 1])
+
+
+def test_models_queried_together_answer_as_each_queried_alone():
+    """Each chunk is transformed once for all models: every model still sees exactly the
+    inputs (and batches) it saw queried alone, so the logits are bit for bit the same."""
+    models = _models(3)
+    features, rows = _image_rows()
+    queries = ["plain", "mirror", "crop-flip-1"]
+    together = query_logits(models, features, rows, queries, "image", batch_size=3,
+                            progress=False)  # fmt: skip
+    assert together.shape == (3, len(rows), 3, 3) and together.dtype == np.float32
+    for m, model in enumerate(models):
+        alone = query_logits([model], features, rows, queries, "image", batch_size=3,
+                             progress=False)  # fmt: skip
+        np.testing.assert_array_equal(together[m], alone[0])
+        with torch.no_grad():
+            direct = torch.cat([model(torch.from_numpy(features[rows[i : i + 3]]))
+                                for i in range(0, len(rows), 3)]).numpy()  # fmt: skip
+        np.testing.assert_array_equal(together[m, :, 0], direct)
+
+
+def test_the_cuda_path_lands_every_chunk_where_the_cpu_path_does(monkeypatch):
+    """The CUDA branch (pinned host blocks, a chunk's copies waited for after the next chunk
+    is queued), run on the CPU with its two CUDA calls replaced: the same logits as the
+    CPU branch, one event per chunk, each waited for once."""
+    from miaudit.signals import query
+
+    models = _models(2)
+    features, rows = _image_rows()
+    want = query_logits(models, features, rows, ["plain", "mirror"], "image", batch_size=3,
+                        progress=False)  # fmt: skip
+    events = []
+
+    class Event:
+        def __init__(self) -> None:
+            self.waits = 0
+            events.append(self)
+
+        def synchronize(self) -> None:
+            self.waits += 1
+
+    blocks = []
+
+    def host_block(shape):
+        blocks.append(shape)
+        return torch.full(shape, float("nan"))  # anything not overwritten would show
+
+    monkeypatch.setattr(query, "is_cuda", lambda device: True)
+    monkeypatch.setattr(query, "_pinned_empty", host_block)
+    monkeypatch.setattr(query, "_queued_event", lambda device: Event())
+    got = query_logits(models, features, rows, ["plain", "mirror"], "image", batch_size=3,
+                       progress=False)  # fmt: skip
+    np.testing.assert_array_equal(got, want)
+    assert blocks == [(2, 2, 3, 3), (2, 2, 3, 3), (2, 2, 1, 3)]  # [M, Q, B, C] per chunk
+    assert [e.waits for e in events] == [1, 1, 1]
+
+
+def test_query_precision_is_per_model_and_bf16_needs_cuda(monkeypatch):
+    from miaudit.signals import query
+
+    models = _models(2)
+    features, rows = _image_rows()
+    with pytest.raises(ConfigError, match="bf16 autocast needs a CUDA device; set precision: "
+                                          "fp32 or device: cuda"):  # fmt: skip
+        query_logits(models, features, rows, ["plain"], "image", progress=False,
+                     precision="bf16")  # fmt: skip
+    with pytest.raises(ConfigError, match="2 models"):
+        query_logits(models, features, rows, ["plain"], "image", progress=False,
+                     precision=["fp32"])  # fmt: skip
+    entered = []
+
+    def recording(device, precision):
+        entered.append(precision)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(query, "autocast", recording)
+    monkeypatch.setattr(query, "check_precision", lambda precision, device: None)
+    query_logits(models, features, rows, ["plain", "mirror"], "image", batch_size=4,
+                 progress=False, precision=["fp32", "bf16"])  # fmt: skip
+    # 2 chunks x 2 queries, each model in its own precision
+    assert entered == ["fp32", "bf16"] * 4

@@ -44,6 +44,7 @@ def test_key_ignores_spelling_of_equal_values():
         {"augment": ["mirror"]},
         {"dp": {"epsilon": 8.0}},
         {"label_smoothing": 0.1},
+        {"precision": "bf16"},
     ],
 )
 def test_key_changes_with_every_field(change):
@@ -52,7 +53,7 @@ def test_key_changes_with_every_field(change):
 
 def test_every_field_is_covered_by_the_sensitivity_test():
     names = {f.name for f in dataclasses.fields(Recipe)}
-    assert len(names) == 13, "new field: add it to test_key_changes_with_every_field"
+    assert len(names) == 14, "new field: add it to test_key_changes_with_every_field"
 
 
 def test_round_trip_and_frozen():
@@ -104,6 +105,8 @@ def test_cosine_schedule_reaches_zero():
 def test_new_fields_at_their_defaults_keep_old_keys():
     # label_smoothing 0 and dropout 0 (mlp, cifar-cnn) mean "not used": same recipe, same key.
     assert Recipe(label_smoothing=0).key() == Recipe().key() == Recipe(label_smoothing=0.0).key()
+    # precision fp32 (the default) is left out of the key: every recipe keeps its key
+    assert Recipe(precision="fp32").canonical_json() == DEFAULT_CANONICAL
     assert Recipe(arch_params={"dropout": 0}) == Recipe()
     assert Recipe(arch_params={"dropout": 0.0}).key() == Recipe().key()
     cifar = Recipe(architecture="cifar-cnn", arch_params={"channels": [4, 8]})

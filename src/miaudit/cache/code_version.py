@@ -54,6 +54,7 @@ TRAINER_CODE: dict[str, str] = {
     "miaudit.train.rows": "which rows, dtypes and class count training sees",
     "miaudit.train.recipe": "a recipe's defaults and normalisation: what its key means",
     "miaudit.train.checkpoints": "which optimizer step a checkpoint entry holds",
+    "miaudit.runtime.devices": "precision: whether a step runs under bf16 autocast",
     "miaudit.train.forgetting": "the fine-tuning that makes forgetting copies",
     "miaudit.models.registry": "how an architecture is built from its name and params",
     "miaudit.models.mlp": "the mlp architecture and its initialisation",

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from miaudit.errors import ConfigError
+from miaudit.runtime.devices import autocast, check_precision, is_cuda, to_device
 from miaudit.runtime.malloc import keep_freed_memory
 from miaudit.runtime.progress import progress_bar
 
@@ -142,6 +143,19 @@ def make_query(name: str, n_rows: int, kind: str, width: int = 0) -> QueryFn:
     )
 
 
+def _pinned_empty(shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialised float32 host tensor in pinned memory (needs CUDA)."""
+    return torch.empty(shape, dtype=torch.float32, pin_memory=True)
+
+
+def _queued_event(device: str | torch.device) -> torch.cuda.Event:
+    """A CUDA event recorded on ``device``'s current stream: done once all work queued there
+    so far is."""
+    done = torch.cuda.Event()
+    done.record(torch.cuda.current_stream(torch.device(device)))
+    return done
+
+
 def query_logits(
     modules: Sequence[torch.nn.Module],
     features: np.ndarray,
@@ -151,26 +165,72 @@ def query_logits(
     device: str = "cpu",
     batch_size: int = 1024,
     progress: bool = True,
+    precision: str | Sequence[str] = "fp32",
 ) -> np.ndarray:
-    """Logits float32 [M, len(rows), Q, C] of every model on every row under every query."""
+    """Logits float32 [M, len(rows), Q, C] of every model on every row under every query.
+
+    ``precision``: each model's recipe's (one for all, or one per model): a ``bf16`` model is
+    queried under CUDA's bf16 autocast, as it trained (refused off CUDA); its logits come
+    back float32 all the same.
+
+    Each chunk of ``batch_size`` rows is transformed by each query once, on the CPU (the
+    queries draw per dataset row, not per model), and copied to ``device`` once for all
+    models: pinned and without blocking on CUDA (:func:`~miaudit.runtime.devices.to_device`).
+    On CUDA a chunk's logits go back to pinned host memory without blocking too, and are
+    waited for only after the next chunk's work is queued: one wait per chunk, not one per
+    model and query. Every model sees the same inputs in the same batches as when queried
+    alone, so the logits do not depend on which models are queried together.
+    """
     width = features.shape[1] if features.ndim == 2 else 0
     fns = [make_query(q, len(features), kind, width) for q in queries]
-    out: np.ndarray | None = None
-    bar = progress_bar(len(modules), "querying models", "model", enabled=progress)
-    for m, module in enumerate(modules):
+    precisions = [precision] * len(modules) if isinstance(precision, str) else list(precision)
+    if len(precisions) != len(modules):
+        raise ConfigError(f"got {len(precisions)} precisions for {len(modules)} models.")
+    for name in sorted(set(precisions)):
+        check_precision(name, device)
+    for module in modules:
         module.eval().to(device)
-        with torch.no_grad():
-            for start in range(0, len(rows), batch_size):
-                batch_rows = rows[start : start + batch_size]
-                x = torch.from_numpy(features[batch_rows])
-                for q, fn in enumerate(fns):
-                    logits = module(fn(x, batch_rows).to(device)).float().cpu().numpy()
+    cuda = is_cuda(device)
+    out: np.ndarray | None = None
+    pending: tuple[slice, torch.Tensor, torch.cuda.Event] | None = None  # a chunk in flight
+
+    def land(chunk: tuple[slice, torch.Tensor, torch.cuda.Event]) -> None:
+        """A chunk's host logits [M, Q, B, C] into ``out``, once their copy is done."""
+        where, host, done = chunk
+        done.synchronize()
+        torch.from_numpy(out)[:, where] = host.permute(0, 2, 1, 3)
+
+    bar = progress_bar(len(rows), f"querying {len(modules)} model{'s' * (len(modules) != 1)}",
+                       "row", enabled=progress)  # fmt: skip
+    with bar, torch.no_grad():
+        for start in range(0, len(rows), batch_size):
+            batch_rows = rows[start : start + batch_size]
+            where = slice(start, start + len(batch_rows))
+            x = torch.from_numpy(features[batch_rows])
+            host: torch.Tensor | None = None  # this chunk's logits [M, Q, B, C] (CUDA)
+            for q, fn in enumerate(fns):
+                xq = to_device(fn(x, batch_rows), device)
+                for m, (module, name) in enumerate(zip(modules, precisions, strict=True)):
+                    with autocast(device, name):
+                        logits = module(xq)
+                    logits = logits.float()
                     if out is None:
                         out = np.empty((len(modules), len(rows), len(fns), logits.shape[1]),
-                                       dtype=np.float32)
-                    out[m, start : start + len(batch_rows), q] = logits
-        bar.update(1)
-    bar.close()
+                                       dtype=np.float32)  # fmt: skip
+                    if not cuda:
+                        out[m, where, q] = logits.cpu().numpy()
+                        continue
+                    if host is None:  # pinned: the copies below do not block
+                        host = _pinned_empty((len(modules), len(fns), *logits.shape))
+                    host[m, q].copy_(logits, non_blocking=True)  # contiguous [B, C]: async
+            if host is not None:
+                done = _queued_event(device)  # passed when this chunk's copies are done
+                if pending is not None:
+                    land(pending)  # the previous chunk, while this one runs on the device
+                pending = (where, host, done)
+            bar.update(len(batch_rows))
+        if pending is not None:
+            land(pending)
     assert out is not None
     return out
 
@@ -206,7 +266,9 @@ def per_sample_grad_norms(
 ) -> np.ndarray:
     """‖∇_θ ℓ(f(x_n), y_n)‖₂ per row on the plain input (Watson eq. 2), float64 [len(rows)].
 
-    Uses torch.func (vmap over per-sample gradients), with the model in eval mode. vmap holds
+    Uses torch.func (vmap over per-sample gradients), with the model in eval mode, in float32
+    whatever the model's recipe's precision (the norms' precision is the point of
+    `_squared_norms`; a bf16 forward would move them by ~1e-3 relative). vmap holds
     every sample's whole gradient at once, so the default batch holds about
     `_GRAD_BATCH_BYTES` of them (rows are independent: the batch moves a norm by float32
     rounding at most, ~1e-7 relative).
@@ -229,8 +291,8 @@ def per_sample_grad_norms(
     with keep_freed_memory(), bar:  # each batch reallocates the same large gradient tensors
         for start in range(0, len(rows), batch_size):
             batch = rows[start : start + batch_size]
-            x = torch.from_numpy(features[batch]).to(device)
-            y = torch.from_numpy(labels[batch].astype(np.int64)).to(device)
+            x = to_device(torch.from_numpy(features[batch]), device)
+            y = to_device(torch.from_numpy(labels[batch].astype(np.int64)), device)
             grads = grad_fn(params, x, y)
             squared = sum(_squared_norms(g.reshape(len(batch), -1)) for g in grads.values())
             norms[start : start + len(batch)] = squared.sqrt().double().cpu().numpy()

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from miaudit.errors import ConfigError
+from miaudit.runtime.devices import autocast, check_precision, to_device
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import ArrayLike
 
@@ -122,11 +123,16 @@ def predict_logits(
     features: ArrayLike,
     batch_size: int = 1024,
     device: str | torch.device = "cpu",
+    precision: str = "fp32",
 ) -> np.ndarray:
-    """Logits float32 [N, C] of ``module`` (moved to ``device``) in eval mode, batched."""
+    """Logits float32 [N, C] of ``module`` (moved to ``device``) in eval mode, batched.
+    ``precision``: the model's recipe's (``bf16``: under CUDA's bf16 autocast, refused off
+    CUDA). Host batches go to a CUDA device pinned and without blocking; the logits of every
+    batch stay on the device until one copy back at the end."""
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}.")
     device = torch.device(device)
+    check_precision(precision, device)
     was_training = module.training
     module.to(device).eval()
     data = features if isinstance(features, torch.Tensor) else torch.as_tensor(features)
@@ -134,8 +140,9 @@ def predict_logits(
     try:
         with torch.no_grad():
             for lo in range(0, max(len(data), 1), batch_size):
-                xb = data[lo : lo + batch_size].to(device=device, dtype=torch.float32)
-                outs.append(module(xb).float().cpu())
+                xb = to_device(data[lo : lo + batch_size].to(dtype=torch.float32), device)
+                with autocast(device, precision):
+                    outs.append(module(xb).float())
     finally:
         module.train(was_training)
-    return torch.cat(outs).numpy().astype(np.float32, copy=False)
+    return torch.cat(outs).cpu().numpy().astype(np.float32, copy=False)

@@ -27,7 +27,10 @@ Opacus's noise is drawn from torch's global RNG inside :func:`common.isolated_rn
 seed gives the same weights (``secure_mode`` is off: this is for auditing, not deployment).
 
 Models with BatchNorm (``resnet18``) are rejected: per-sample gradients are undefined for it,
-and swapping it for GroupNorm would change the architecture the model cache rebuilds.
+and swapping it for GroupNorm would change the architecture the model cache rebuilds. DP-SGD
+runs in fp32 only: a recipe with ``dp`` and ``precision: bf16`` is refused by the recipe (Opacus's
+per-sample gradients under autocast are not verified here). On CUDA the loader indexes the
+resident tensors row by row (``TensorDataset``), and the epoch's loss adds up on the device.
 """
 
 from __future__ import annotations
@@ -193,10 +196,13 @@ class DPStrategy:
     models = 1
 
     def __init__(self, module: nn.Module, dp_module: nn.Module, optimizer: torch.optim.Optimizer,
-                 recipe: Recipe) -> None:  # fmt: skip
+                 recipe: Recipe, device: torch.device | None = None) -> None:  # fmt: skip
         self.module, self.dp_module, self.optimizer = module, dp_module, optimizer
         self.smoothing = recipe.label_smoothing
-        self.total, self.count = 0.0, 0
+        # The epoch's summed loss on the device, in float64: the same sums as adding each
+        # step's float(loss_sum) on the host, without a host-device sync per step.
+        self.total = torch.zeros((), dtype=torch.float64, device=device)
+        self.count = 0
 
     def step(self, xb: torch.Tensor, yb: torch.Tensor) -> None:
         # sum / max(len, 1): the mean, but 0 (not nan) on an empty Poisson batch.
@@ -208,12 +214,13 @@ class DPStrategy:
             warnings.simplefilter("ignore", UserWarning)
             loss.backward()
         self.optimizer.step()  # clips per sample, adds noise from torch's global RNG
-        self.total += float(loss_sum.detach())
+        self.total.add_(loss_sum.detach().double())
         self.count += len(yb)
 
     def epoch_losses(self) -> list[float]:
-        loss = self.total / max(self.count, 1)
-        self.total, self.count = 0.0, 0
+        loss = float(self.total) / max(self.count, 1)  # float(): the one sync per epoch
+        self.total.zero_()
+        self.count = 0
         return [loss]
 
     def snapshots(self) -> list[dict[str, torch.Tensor]]:
@@ -271,8 +278,8 @@ def _make_private(
             noise_multiplier=search.sigma,
             max_grad_norm=dp["max_grad_norm"],
         )
-    return _Private(DPStrategy(module, dp_module, dp_optimizer, recipe), dp_loader, engine,
-                    search)  # fmt: skip
+    return _Private(DPStrategy(module, dp_module, dp_optimizer, recipe, x.device), dp_loader,
+                    engine, search)  # fmt: skip
 
 
 def _privacy_record(recipe: Recipe, private: _Private, steps: int, sample_rate: float) -> dict:

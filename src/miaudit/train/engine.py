@@ -10,9 +10,18 @@ snapshots at the kept steps, the epoch callback, the progress bar and the timing
 backward, step), how an epoch's loss is reduced, how weights are copied for a snapshot.
 
 Speed matters (audits train hundreds of reference models), so the default batching keeps the
-training rows as one tensor on the device, draws one ``randperm`` per model per epoch from that
-model's own generator and slices batches by index: no ``DataLoader``. The strategies keep the
-host-device syncs to one per epoch (the mean loss) where they can.
+training rows as one tensor on the device (copied there once per run, by the trainer's entry
+point), draws one ``randperm`` per model per epoch from that model's own generator (on the
+CPU, so CPU and GPU runs shuffle alike) and slices batches by index on the device: no
+``DataLoader``. The epoch's order is the one host-to-device copy per epoch, from pinned memory
+without blocking on CUDA (:func:`miaudit.runtime.devices.to_device`).
+
+Host-device syncs on CUDA: none per step in the plain and stacked strategies (their losses
+add up on the device; DP-SGD's too, though Opacus's own step may sync). What remains, because
+a recorded value or the host needs it: each epoch's mean loss (one ``float`` per epoch, for
+``losses`` and the progress bar), the weights copied to the CPU at a checkpoint step, the
+label-range checks when the rows first go to the device (``rows``, ``stacked``), and one
+``torch.cuda.synchronize`` at the end of the run (its ``seconds``).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import torch
 from torch import nn
 
 from miaudit.errors import ConfigError
+from miaudit.runtime.devices import to_device
 from miaudit.runtime.progress import progress_bar
 from miaudit.train.augment import augment_seed, build_augmentation
 from miaudit.train.checkpoints import CheckpointSpec, steps_per_epoch
@@ -92,7 +102,7 @@ class ShuffledBatches:
         order = torch.stack([torch.randperm(self.n, generator=g) for g in self.shufflers])
         if self.members is not None:
             order = self.members.gather(1, order)
-        rows = order.to(self.x.device, non_blocking=True)
+        rows = to_device(order, self.x.device)  # pinned, not blocking, on CUDA
         return index_batches(self.x, self.y, rows, self.batch_size)
 
 

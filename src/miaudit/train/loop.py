@@ -4,6 +4,11 @@
 initialisation and dropout (:func:`common.isolated_rng`), builds the model and runs
 :func:`miaudit.train.engine.train_loop` with a :class:`PlainStrategy` over the engine's shuffled,
 index-sliced batches. A recipe with ``dp`` set goes to :mod:`miaudit.train.dp` instead.
+
+A recipe with ``precision: bf16`` runs each step's forward pass and loss under CUDA's bfloat16
+autocast (:func:`miaudit.runtime.devices.autocast`; the backward and the optimizer step outside
+it, on float32 weights: bf16 has float32's range, so no gradient scaler is needed); on the CPU it
+is refused before any work. ``fp32`` runs no autocast at all.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from torch.nn import functional as F
 from miaudit.errors import ConfigError
 from miaudit.models import build_model
 from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
+from miaudit.runtime.devices import autocast, check_precision
 from miaudit.runtime.threads import cpu_threads
 from miaudit.train import dp
 from miaudit.train.checkpoints import CheckpointSpec
@@ -47,27 +53,31 @@ def _lm_loss(module: nn.Module, xb: torch.Tensor) -> torch.Tensor:
 
 class PlainStrategy:
     """One module, autograd's backward: mean cross-entropy on the labels (with the recipe's
-    label smoothing), or a causal LM's next-token loss (labels unused)."""
+    label smoothing), or a causal LM's next-token loss (labels unused). Forward and loss run
+    in the recipe's precision (``bf16``: CUDA autocast; refused here off CUDA)."""
 
     models = 1
 
     def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, recipe: Recipe,
                  device: torch.device) -> None:  # fmt: skip
+        check_precision(recipe.precision, device)
         self.module, self.optimizer = module, optimizer
         self.smoothing = recipe.label_smoothing
         self.causal = is_causal_lm(module)
+        self.device, self.precision = device, recipe.precision
         self.total = torch.zeros((), device=device)  # the epoch's summed loss, on the device
         self.count = 0
 
     def step(self, xb: torch.Tensor, yb: torch.Tensor) -> None:
-        if self.causal:  # next-token loss over non-pad targets; labels are unused
-            loss = _lm_loss(self.module, xb)
-        else:
-            loss = F.cross_entropy(self.module(xb), yb, label_smoothing=self.smoothing)
+        with autocast(self.device, self.precision):  # fp32: no autocast at all
+            if self.causal:  # next-token loss over non-pad targets; labels are unused
+                loss = _lm_loss(self.module, xb)
+            else:
+                loss = F.cross_entropy(self.module(xb), yb, label_smoothing=self.smoothing)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        self.total.add_(loss.detach(), alpha=len(xb))
+        self.total.add_(loss.detach(), alpha=len(xb))  # on the device: no sync per step
         self.count += len(xb)
 
     def epoch_losses(self) -> list[float]:
@@ -119,6 +129,7 @@ def train_model(
     names epochs/steps whose weights are kept in the result's ``snapshots`` ``{step: state}``.
     A recipe with ``dp`` set trains with DP-SGD (:func:`miaudit.train.dp.train_model_dp`).
     """
+    check_precision(recipe.precision, device)  # bf16 off CUDA fails before any work
     if recipe.dp is not None:
         _check_dp_supported(recipe)
         with cpu_threads(num_threads):

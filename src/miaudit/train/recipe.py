@@ -23,6 +23,7 @@ from typing import Any
 
 from miaudit.errors import ConfigError
 from miaudit.models import check_model_params
+from miaudit.runtime.devices import DEFAULT_PRECISION, PRECISIONS
 from miaudit.train.augment import normalize_augmentation
 
 OPTIMIZERS = ("sgd", "adam")
@@ -31,7 +32,12 @@ log = logging.getLogger(__name__)
 
 # Fields added after cache keys were in use, with the value that means "not used": left out of
 # canonical_json at that value, so recipes that do not use them keep their keys.
-KEY_NEUTRAL_FIELDS: dict[str, Any] = {"dp": None, "augment": (), "label_smoothing": 0.0}
+KEY_NEUTRAL_FIELDS: dict[str, Any] = {
+    "dp": None,
+    "augment": (),
+    "label_smoothing": 0.0,
+    "precision": DEFAULT_PRECISION,
+}
 # The same for architecture parameters: dropped from arch_params at that value (so
 # {"dropout": 0} and {} are one recipe).
 KEY_NEUTRAL_ARCH_PARAMS: dict[str, dict[str, Any]] = {
@@ -159,6 +165,10 @@ class Recipe:
     augment: tuple = ()
     # Cross-entropy label smoothing in [0, 1) (F.cross_entropy's label_smoothing); 0: none.
     label_smoothing: float = 0.0
+    # "fp32", or "bf16": forward pass and loss under CUDA's bfloat16 autocast (weights, gradients
+    # and optimizer state stay float32; queries run under it too). CUDA only (refused on the CPU
+    # when training or querying starts, see miaudit.runtime.devices) and not with dp.
+    precision: str = DEFAULT_PRECISION
 
     def __post_init__(self) -> None:
         # before coercion, so a NaN or zero learning rate is named with its fix
@@ -174,6 +184,7 @@ class Recipe:
             object.__setattr__(self, "arch_params", FrozenParams(kept))
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("schedule", self.schedule, SCHEDULES)
+        _choice("precision", self.precision, PRECISIONS)
         if self.momentum < 0 or self.weight_decay < 0:
             raise ConfigError("momentum and weight_decay must be >= 0.")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -186,6 +197,12 @@ class Recipe:
         object.__setattr__(self, "augment", _freeze(steps, "augment"))
         if self.dp is not None and self.augment:
             raise ConfigError("augment is not supported with dp (DP-SGD) yet; drop one of them.")
+        if self.dp is not None and self.precision != DEFAULT_PRECISION:
+            # Opacus's per-sample gradients under autocast are untested here: refuse, not guess.
+            raise ConfigError(
+                f"precision {self.precision} is not supported with dp (DP-SGD): Opacus's "
+                "per-sample gradients and clipping run in fp32; set precision: fp32."
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict of every field."""
@@ -224,8 +241,8 @@ class Recipe:
         """Sorted, compact JSON of every field: the input of :meth:`key`.
 
         Fields at their value in :data:`KEY_NEUTRAL_FIELDS` (``dp`` None, no ``augment``, no
-        label smoothing) are left out, so adding such a field keeps the keys (and cache
-        entries) of recipes that do not use it.
+        label smoothing, ``precision`` fp32) are left out, so adding such a field keeps the
+        keys (and cache entries) of recipes that do not use it.
         """
         data = {
             k: v

@@ -60,10 +60,12 @@ ACTIVATIONS: dict[str, tuple[Callable[..., torch.Tensor], Callable[..., torch.Te
 
 def can_stack(recipe: Recipe) -> bool:
     """True if models of ``recipe`` can be trained stacked (see :data:`STACKABLE`); never for
-    DP-SGD recipes, which train one by one through Opacus (:mod:`miaudit.train.dp`)."""
+    DP-SGD recipes, which train one by one through Opacus (:mod:`miaudit.train.dp`), nor for
+    ``precision: bf16`` ones, which train one by one under autocast (``loop``)."""
     return (
         recipe.dp is None
         and not recipe.augment  # augmentation runs in train_model's loop only
+        and recipe.precision == "fp32"  # the written-out backward is float32's (bf16: autograd)
         and recipe.architecture in STACKABLE
         and recipe.arch_params.get("activation", "relu") in ACTIVATIONS
         and not recipe.arch_params.get("dropout", 0.0)
@@ -122,8 +124,10 @@ class StackedMLP:
         if self.smoothing:
             classes = logp.shape[1]
             grad = torch.full_like(logp, scale * self.smoothing / classes)
-            at_label = torch.full(target.shape, scale * (1.0 - self.smoothing), dtype=logp.dtype)
-            grad.scatter_add_(1, target, at_label.to(logp.device))
+            # made on the device (no host-device copy per step): the same float32 values
+            at_label = torch.full(target.shape, scale * (1.0 - self.smoothing), dtype=logp.dtype,
+                                  device=logp.device)  # fmt: skip
+            grad.scatter_add_(1, target, at_label)
             nll = logp.gather(1, target).view(k, b).neg_()
             smooth = logp.sum(1).view(k, b).neg_()
             loss = nll * (1.0 - self.smoothing) + smooth * (self.smoothing / classes)
@@ -217,7 +221,7 @@ def _stack_rows(
         raise ConfigError(
             f"recipe {recipe.architecture!r} {dict(recipe.arch_params)} cannot be trained "
             f"stacked; stackable: {', '.join(STACKABLE)} with activation in "
-            f"{', '.join(ACTIVATIONS)}."
+            f"{', '.join(ACTIVATIONS)}, no dropout, augmentation or dp, precision fp32."
         )
     if len(index_sets) != len(seeds) or not seeds:
         raise ConfigError(f"got {len(index_sets)} index sets and {len(seeds)} seeds; pair them.")
