@@ -315,3 +315,19 @@ def test_a_bf16_model_trains_and_is_queried_through_autocast(monkeypatch):
     assert bf16.dtype == np.float32 and bf16.shape == (1, 60, 1, 3)
     assert not np.array_equal(bf16, fp32)  # it did run in bf16 ...
     np.testing.assert_allclose(bf16, fp32, atol=0.1)  # ... to bf16's precision
+
+
+def test_a_bf16_run_on_a_cpu_machine_fails_before_the_data_loads(tiny_run_yaml, monkeypatch):
+    """The pipeline checks every recipe's precision on the run's device first."""
+    from miaudit.config import load_config
+    from miaudit.errors import ConfigError
+    from miaudit.pipeline import build_bank
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the dataset was loaded")
+
+    monkeypatch.setattr("miaudit.pipeline.querying.load_dataset", no_data)
+    cfg = load_config(tiny_run_yaml(recipe={"architecture": "mlp", "epochs": 1,
+                                            "precision": "bf16"}))
+    with pytest.raises(ConfigError, match="bf16 autocast needs a CUDA device"):
+        build_bank(cfg, progress=False)

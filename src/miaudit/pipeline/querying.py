@@ -23,7 +23,7 @@ from miaudit.errors import ConfigError
 from miaudit.pipeline.models import forgetting_models, resolve_recipes, train_design
 from miaudit.privacy.run_canaries import check_canaries, target_dataset
 from miaudit.protocol import Design, make_design, make_split
-from miaudit.runtime.devices import resolve_device
+from miaudit.runtime.devices import check_precision, resolve_device
 from miaudit.signals import SignalBank
 from miaudit.signals.assemble import (
     SignalSpec,
@@ -56,6 +56,9 @@ class BuiltBank:
 def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     """Train or load every model of the design and query them into a bank."""
     device = resolve_device(cfg.device)
+    planned = resolve_recipes(cfg)
+    for recipe in (planned.target, planned.reference):  # bf16 off CUDA: before the data loads
+        check_precision(recipe.precision, device)
     check_canaries(cfg)  # a design that can never certify ε > 0 fails before any work
     dataset = load_dataset(cfg.dataset.name, cfg.data_dir, **cfg.dataset.options)
     notes, texts = [], None
@@ -149,6 +152,7 @@ def query_bank(
     signals = query_signals(
         [tm.module for tm in everyone], dataset.features, dataset.labels, design.split.rows,
         dataset.kind, signal_spec(cfg, queries), device, progress,
+        precision=[tm.recipe.precision for tm in everyone],
     )
     require_channels(signals, signal_spec(cfg, queries))
     n = design.n_models

@@ -87,6 +87,7 @@ def query_signals(
     models: Sequence[Model], features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
     kind: str, spec: SignalSpec, device: str = "cpu", progress: bool = True,
     *, white_box: bool = True, black_box_reason: str = "",
+    precision: str | Sequence[str] = "fp32",
 ) -> Signals:  # fmt: skip
     """Every model's signals on dataset rows ``rows`` (bank order).
 
@@ -95,15 +96,19 @@ def query_signals(
     (per-sample gradients); ``black_box_reason`` says why not, for the missing-channel record.
     Channels need every model as a module: otherwise they are missing, with the reason.
     Causal LMs (modules with ``causal_lm = True``) answer sequence signals instead of logits
-    (:func:`lm_signals`).
+    (:func:`lm_signals`). ``precision``: the recipe precision each model was trained at (one
+    for all, or one per entry of ``models``): a bf16 model is queried under bf16 autocast.
     """
     if any(getattr(m, "causal_lm", False) for m in models):
         return lm_signals(models, features, rows, spec, device, progress)
     queries = list(spec.queries)
     modules = [m for m in models if isinstance(m, torch.nn.Module)]
+    if not isinstance(precision, str):  # one per model: keep the modules' own
+        precision = [p for m, p in zip(models, precision, strict=True)
+                     if isinstance(m, torch.nn.Module)]  # fmt: skip
     start = time.perf_counter()
     queried = (query_logits(modules, features, rows, queries, kind, device, spec.batch_size,
-                            progress) if modules else None)  # fmt: skip
+                            progress, precision) if modules else None)  # fmt: skip
     parts, k = [], 0
     for model in models:
         if isinstance(model, torch.nn.Module):

@@ -17,6 +17,7 @@ from concurrent.futures.process import BrokenProcessPool
 import torch
 
 from miaudit.errors import ConfigError
+from miaudit.runtime.devices import check_precision
 from miaudit.runtime.progress import progress_bar
 from miaudit.runtime.threads import cpu_threads  # noqa: F401  (re-exported)
 from miaudit.train import cluster, parallel, stacked
@@ -122,6 +123,8 @@ def train_models(
     if len(index_sets) != len(seeds):
         raise ConfigError(f"got {len(index_sets)} index sets but {len(seeds)} seeds; pair them.")
     device = torch.device(device)
+    if compute is None or compute.executor == "local":  # a Ray task checks on its own device
+        check_precision(recipe.precision, device)
     results: list[TrainedModel | None] = [None] * len(seeds)
 
     def group_done(group: Sequence[int], models: Sequence[TrainedModel]) -> None:
