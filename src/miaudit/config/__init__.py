@@ -1,0 +1,46 @@
+"""Configuration: the run config (:mod:`miaudit.config.run`, ``RunConfig``) and the sections
+it shares with the audit's config (:mod:`miaudit.config.sections`). Everything public of both
+is importable from ``miaudit.config``."""
+
+from miaudit.config.run import (
+    REFERENCE_KEYWORDS,
+    RUN_RENAMED,
+    RunConfig,
+    apply_renamed,
+    build_config,
+    config_from_dict,
+    dump_config,
+    load_config,
+    read_yaml,
+    recipe_fields,
+)
+from miaudit.config.sections import (
+    AUTO,
+    DEFAULT_ATTACKS,
+    CanariesConfig,
+    CheckpointsConfig,
+    ComputeConfig,
+    DatasetConfig,
+    ForgettingConfig,
+    MetricsConfig,
+    SignalsConfig,
+    SplitConfig,
+    check_alpha,
+    check_delta,
+    check_signals,
+    compute_section,
+    default_queries,
+    identity_config,
+    resolve_grad_norm,
+    resolve_queries,
+    split_names,
+)
+
+__all__ = [
+    "AUTO", "DEFAULT_ATTACKS", "REFERENCE_KEYWORDS", "RUN_RENAMED", "CanariesConfig",
+    "CheckpointsConfig", "ComputeConfig", "DatasetConfig", "ForgettingConfig", "MetricsConfig",
+    "RunConfig", "SignalsConfig", "SplitConfig", "apply_renamed", "build_config", "check_alpha",
+    "check_delta", "check_signals", "compute_section", "config_from_dict", "default_queries",
+    "dump_config", "identity_config", "load_config", "read_yaml", "recipe_fields",
+    "resolve_grad_norm", "resolve_queries", "split_names",
+]

@@ -1,0 +1,280 @@
+"""The sections of a configuration that `miaudit run` and `miaudit audit` share or a run
+has, each a dataclass with its checks: dataset, split, signals (with the one ``auto`` rule of
+both for queries and gradient norms), forgetting, checkpoints, metrics, canaries, compute.
+:class:`~miaudit.config.run.RunConfig` assembles them; the audit's config reuses ``signals``,
+``metrics`` and ``compute``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from miaudit.errors import ConfigError
+
+DEFAULT_ATTACKS = ("loss", "confidence", "entropy", "modified-entropy", "correctness")
+# The value of a signals setting that follows the rule of resolve_queries / resolve_grad_norm.
+AUTO = "auto"
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "digits"
+    options: dict[str, Any] = field(default_factory=dict)
+    max_length: int = 64  # text datasets: tokens per text, longer ones cut
+    # text datasets: MiniLM's WordPiece (fixed, 30,522 ids) or a byte-level BPE of
+    # bpe_vocab_size ids trained on the public pool's texts only (never on audit rows)
+    tokenizer: str = "wordpiece"
+    bpe_vocab_size: int = 4096
+
+
+@dataclass
+class SplitConfig:
+    audit: float | int = 0.4  # count, or fraction of the dataset
+    public: float | int = 0.4
+    population: float | int = 0.2
+    # offline design: audit rows the target trains on (count, or fraction of the audit pool);
+    # None: a random half. Fewer members than non-members puts low-FPR figures on more
+    # non-members; each reference then trains on as many public rows.
+    members: float | int | None = None
+
+
+@dataclass
+class SignalsConfig:
+    queries: list[str] | str = AUTO
+    """The views every model is queried on (plain, mirror, crop-flip-K for images;
+    token-dropout-K, adjacent-swap-K for token ids), or ``auto``: replay the training
+    augmentation. A model answers the views of its training augmentation differently for
+    members (LiRA and RAPID query with it); views it never trained on are not what those
+    papers query, and each costs a query of every model. So images
+    whose target trained with augmentation (a run: its recipe's ``augment``; an audit: the
+    declared ``model.augment``, else ``references.recipe``'s) get the views the attacks' papers
+    query with (plain + mirror; RAPID's 8 with rapid or rapid-hybrid), anything else plain only
+    (:func:`resolve_queries`). The same rule and default in `miaudit run` and `miaudit
+    audit`."""
+    grad_norm: bool | str = AUTO
+    """Per-sample gradient norms (a white-box channel: a backward pass per sample per model),
+    or ``auto``: computed when an attack to run reads them (gradient-norm,
+    calibrated-gradient-norm; in an audit without ``attacks``, every attack, so on for
+    white-box models), so no run pays for a channel nothing reads (:func:`resolve_grad_norm`).
+    The same rule and default in `miaudit run` and `miaudit audit`."""
+    boundary_distance: bool = False  # label-only HopSkipJump distance channel (slow)
+    defence: str | dict[str, Any] | None = None  # output defence applied to every query
+    batch_size: int = 1024
+
+    def __post_init__(self) -> None:
+        self.queries, self.grad_norm = check_signals(self.queries, self.grad_norm)
+
+
+def check_signals(queries: Any, grad_norm: Any) -> tuple[list[str] | str, bool | str]:
+    """``signals.queries`` and ``signals.grad_norm`` of either config, checked: ``auto`` (also
+    spelled null, or ``--queries auto``) or a non-empty list of query names; ``auto`` or true
+    or false."""
+    if queries is None or (isinstance(queries, list) and queries == [AUTO]):
+        queries = AUTO
+    if queries != AUTO and not (isinstance(queries, list) and queries
+                                and all(isinstance(q, str) for q in queries)):
+        raise ConfigError(f"signals.queries must be auto or a non-empty list of query names, "
+                          f"e.g. [plain, mirror]; got {queries!r}.")
+    if grad_norm is None:
+        grad_norm = AUTO
+    if grad_norm != AUTO and not isinstance(grad_norm, bool):
+        raise ConfigError(f"signals.grad_norm must be auto, true or false; got {grad_norm!r}.")
+    return queries, grad_norm
+
+
+def resolve_queries(queries: list[str] | str, kind: str, attacks: Sequence[str],
+                    augment: Any) -> list[str]:
+    """The queries of ``signals.queries`` (:class:`SignalsConfig`) on data of ``kind``: a list
+    as given; ``auto``: replay the training augmentation ``augment`` (recipe steps; empty or
+    None: none) -- image data trained with augmentation get the views the papers of
+    ``attacks`` query with (plain + mirror; RAPID's 8: :func:`default_queries`),
+    anything else (no augmentation; tabular data; token ids, for which no recipe augments)
+    plain only."""
+    if queries != AUTO:
+        return list(queries)
+    if kind != "image" or not augment:
+        return ["plain"]
+    return default_queries(kind, list(attacks))
+
+
+def default_queries(kind: str, attacks: list[str]) -> list[str]:
+    """The views the attacks' papers query with (`signals.queries: auto` of a target trained
+    with augmentation, config.resolve_queries): plain for tabular data; for images, the
+    largest number of augmented queries any of the run's attacks' papers makes (plain and
+    mirror; 8 with RAPID: plain, mirror and 6 crop + flip draws); for token ids (text), plain,
+    or RAPID's count of seeded token perturbations (token dropout, adjacent swaps) when an
+    attack's paper makes more than the image pair."""
+    from miaudit.attacks import get_attack
+    from miaudit.signals.query import augmented_queries, text_queries
+
+    wanted = [get_attack(a).image_queries for a in attacks]
+    if kind == "tokens":
+        return text_queries(max([q for q in wanted if q > 2] + [1]))
+    if kind != "image":
+        return ["plain"]
+    return augmented_queries(max(wanted + [2]))
+
+
+def resolve_grad_norm(grad_norm: bool | str, attacks: Sequence[str]) -> bool:
+    """Whether ``signals.grad_norm`` (:class:`SignalsConfig`) computes gradient norms for
+    ``attacks``: as given, or for ``auto`` when one of them reads the channel."""
+    if grad_norm != AUTO:
+        return bool(grad_norm)
+    from miaudit.attacks import get_attack
+
+    return any(get_attack(name).needs.channel == "grad_norm" for name in attacks)
+
+
+@dataclass
+class ForgettingConfig:
+    """Calibration via forgetting: copies of the target trained further on public data."""
+
+    models: int = 0  # how many copies (0: off)
+    epochs: int = 5
+    lr: float | None = None  # default: the target recipe's
+    batch_size: int | None = None  # default: the target recipe's
+
+
+@dataclass
+class CheckpointsConfig:
+    """Models kept along training ("Generalization and Membership Inference Attack: a
+    Practical Perspective", §IV-A2): every model of the design is kept after these epochs
+    and/or optimizer steps, and each checkpoint is audited as its own bank."""
+
+    epochs: list[int] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+
+
+@dataclass
+class MetricsConfig:
+    fprs: list[float] = field(default_factory=lambda: [0.001, 0.01])
+    bootstrap: int = 200
+    confidence: float = 0.95
+    recalls: list[float] = field(default_factory=lambda: [0.5, 0.9])
+    # ε lower bounds (docs/algorithms.md §16): δ when the target makes no DP claim of its own
+    # (a DP-SGD target is audited at its recipe's δ), and α = 1 - the bounds' confidence
+    epsilon_delta: float = 1e-5
+    epsilon_alpha: float = 0.05
+    # the model-free split check (docs/algorithms.md §20): can members be told from
+    # non-members without the model? A few seconds; false only to save them
+    split_check: bool = True
+
+    def __post_init__(self) -> None:
+        # checked here, not in _check_types: `miaudit audit` and the Python API build this
+        # section without a RunConfig
+        check_delta(self.epsilon_delta, "metrics.epsilon_delta")
+        check_alpha(self.epsilon_alpha, "metrics.epsilon_alpha")
+
+
+@dataclass
+class CanariesConfig:
+    """One-run auditing (Steinke, Nasr & Jagielski 2023): ``count`` canary rows outside the
+    audit, public and population pools, each in the target's training set with probability ½
+    (offline design only; references never train on them)."""
+
+    count: int = 0  # m canaries; 0: off
+    kind: str = "mislabelled"  # mislabelled | natural (miaudit.privacy.canaries registry)
+    # {k_plus, k_minus} (counts or fractions of count), or a list of such candidates, each
+    # evaluated at alpha / len(list); None: a tenth of the canaries each way
+    guesses: dict[str, Any] | list[dict[str, Any]] | None = None
+    alpha: float = 0.05
+    delta: float | None = None  # None: the target's DP δ, else metrics.epsilon_delta
+
+    def __post_init__(self) -> None:
+        check_alpha(self.alpha, "canaries.alpha")
+        if self.delta is not None:
+            check_delta(self.delta, "canaries.delta")
+
+
+@dataclass
+class ComputeConfig:
+    """Where the models train: :class:`miaudit.train.cluster.Compute`'s keys and defaults (a
+    test holds them alike), checked by it when the config loads, before anything trains.
+
+    ``executor``: ``local`` (this machine) or ``ray`` (a Ray cluster; ``--executor ray``).
+    ``address``: ``None`` starts a local Ray instance bound to loopback; ``auto`` or
+    ``ray://host:port`` joins a running cluster (``--ray-address``). Each Ray task asks for
+    ``cpus_per_model`` CPUs and ``gpus_per_model`` GPUs, and is retried up to ``max_retries``
+    times when its worker dies. Where a model trains is not in its cache key, and on CPU it
+    changes neither the weights nor the scores: it is not part of the run's identity either
+    (rerunning with ``--executor ray`` replaces the same run)."""
+
+    executor: str = "local"
+    address: str | None = None
+    cpus_per_model: float = 1.0
+    gpus_per_model: float = 0.0
+    max_retries: int = 3
+
+    def to_compute(self) -> Any:
+        """The checked :class:`~miaudit.train.cluster.Compute` (ConfigError naming the key)."""
+        from miaudit.train.cluster import Compute
+
+        return Compute.from_dict(dataclasses.asdict(self))
+
+
+def compute_section(value: Any) -> ComputeConfig:
+    """``compute`` of either config, checked (ConfigError naming the bad key or value): a
+    ComputeConfig, left empty in the YAML (None: local), or a Compute from the Python API."""
+    if value is None:
+        value = ComputeConfig()
+    if not isinstance(value, ComputeConfig):  # a miaudit.train.cluster.Compute
+        to_dict = getattr(value, "to_dict", None)
+        if not callable(to_dict):
+            raise ConfigError(f"compute must be a mapping (executor, address, ...); "
+                              f"got {type(value).__name__}.")
+        value = ComputeConfig(**to_dict())
+    value.to_compute()
+    return value
+
+
+def identity_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config mapping (a run's or an audit's) as it makes the run's identity
+    (:class:`miaudit.records.run_dir.RunIdentity`): less ``compute``, which says where the
+    models train, not what the run measures (no cache key holds it either), so a rerun on a
+    Ray cluster replaces the same run made locally."""
+    return {k: v for k, v in config.items() if k != "compute"}
+
+
+@overload
+def split_names(value: None) -> None: ...
+
+
+@overload
+def split_names(value: str | Sequence[str]) -> list[str]: ...
+
+
+def split_names(value: str | Sequence[str] | None) -> list[str] | None:
+    """Names as a list: ``"loss, rmia"`` (comma-separated, as the command line takes attack
+    and query names) or a sequence of names; None stays None (not given)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return list(value)
+
+
+def _real(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        # YAML 1.1 reads 1e-5 (no dot) as a string
+        hint = " (YAML reads 1e-5 as text: write 1.0e-5)" if isinstance(value, str) else ""
+        raise ConfigError(f"{name} must be a number; got {value!r}{hint}.")
+    return float(value)
+
+
+def check_delta(value: Any, name: str) -> float:
+    """δ of an ε lower bound: a number in [0, 1)."""
+    if not 0.0 <= _real(value, name) < 1.0:
+        raise ConfigError(f"{name} must lie in [0, 1) (the δ of the (ε, δ)-DP claim audited, "
+                          f"e.g. 1e-5; 0 for pure ε-DP); got {value!r}.")
+    return float(value)
+
+
+def check_alpha(value: Any, name: str) -> float:
+    """α of an ε lower bound (it holds with probability 1 - α): a number in (0, 1)."""
+    if not 0.0 < _real(value, name) < 1.0:
+        raise ConfigError(f"{name} must lie in (0, 1): one minus the bounds' confidence "
+                          f"(0.05 for 95 %); got {value!r}.")
+    return float(value)
