@@ -233,6 +233,12 @@ def design_names() -> list[str]:
     return _DESIGNS.names()
 
 
+def design_spec(name: str) -> DesignSpec:
+    """The registered design ``name``; ConfigError naming the known ones (did you mean ...?)
+    when there is none."""
+    return _DESIGNS.get(name)
+
+
 def supports_canaries(kind: str) -> bool:
     """Whether the registered design ``kind`` can hold canaries (False for an unknown one)."""
     return kind in _DESIGNS and _DESIGNS[kind].canaries

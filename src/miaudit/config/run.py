@@ -177,10 +177,9 @@ def _check_types(cfg: RunConfig) -> None:
     need(not isinstance(cfg.models, int) or 0 <= cfg.target < cfg.models,
          f"target is {cfg.target!r}, but the run has {cfg.models} models (0..{cfg.models - 1}); "
          "target is the index of the model attacked: set it in that range or raise models.")
-    from miaudit.protocol import design_names
+    from miaudit.protocol import design_spec
 
-    need(cfg.design in design_names(),
-         f"design must be one of {', '.join(design_names())}; got {cfg.design!r}.")
+    design_spec(cfg.design)  # an unknown design: its registry's message, with did-you-mean
     _check_split_members(cfg)
     _check_canaries(cfg)
     _check_attacks(cfg)  # first of the sections that name things: it needs no torch
