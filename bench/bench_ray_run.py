@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import miaudit
-from miaudit.train.cluster import _loopback_only
+from miaudit.runtime.local_ray import loopback_cluster, loopback_only
 
 
 def config(models: int, epochs: int, out: Path, cache: Path) -> dict:
@@ -61,27 +61,18 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30)
     args = parser.parse_args()
     import ray
-    from ray import cluster_utils
 
     print("load before:", os.getloadavg())
     root = Path(tempfile.mkdtemp(prefix="miaudit-ray-run-"))
     rows = [one_run("local", config(args.models, args.epochs, root / "local", root / "c0"),
                     None)]
-    with _loopback_only(ray):
-        cluster = cluster_utils.Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
-                            "include_dashboard": False})
-        cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
-        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-    try:
+    with loopback_cluster(ray, head_cpus=1, worker_cpus=[1]) as cluster:
+        with loopback_only(ray):
+            ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         compute = {"executor": "ray", "address": cluster.address}
         for k, name in enumerate(("ray-cold", "ray-warm")):
             cfg = config(args.models, args.epochs, root / name, root / f"c{k + 1}")
             rows.append(one_run(name, cfg, compute))
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     local = rows[0]["scores_sha256"]
     for row in rows:
         row["scores_identical_to_local"] = row["scores_sha256"] == local

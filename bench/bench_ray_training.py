@@ -108,10 +108,10 @@ def ray_figures(wall: float, run: Any, slots: int) -> dict[str, Any]:
 def start_cluster(ray: Any) -> tuple[Any, float]:
     from ray.cluster_utils import Cluster
 
-    from miaudit.train.cluster import _loopback_only
+    from miaudit.runtime.local_ray import loopback_only
 
     start = time.perf_counter()
-    with _loopback_only(ray):
+    with loopback_only(ray):
         cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 1, "node_ip_address": LOOPBACK, "include_dashboard": False})
         cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK)

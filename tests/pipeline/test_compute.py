@@ -23,7 +23,8 @@ from miaudit.cli.main import main
 from miaudit.config import ComputeConfig, RunConfig, config_from_dict
 from miaudit.errors import ConfigError
 from miaudit.external.audit_config import AuditConfig, audit_config
-from miaudit.train.cluster import Compute, _loopback_only
+from miaudit.runtime.local_ray import loopback_cluster, loopback_only
+from miaudit.train.cluster import Compute
 
 LOOPBACK = "127.0.0.1"
 AUDIT = {"model": {"predict": "m:f"}, "data": {"dataset": "digits", "members": "m.txt"}}
@@ -110,30 +111,19 @@ def test_the_flags_lay_over_the_configs_section(tiny_run_yaml, monkeypatch):
 # --- the same results on a Ray cluster ------------------------------------------------------
 
 ray = pytest.importorskip("ray")  # the dev extra installs it, so CI runs these
-cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """Head and one worker node on this machine, 1 CPU each, reachable from it only."""
     assert not ray.is_initialized()
-    with _loopback_only(ray):
-        made = cluster_utils.Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 1, "node_ip_address": LOOPBACK,
-                            "include_dashboard": False},
-        )  # fmt: skip
-        made.add_node(num_cpus=1, node_ip_address=LOOPBACK)
-    me = psutil.Process()
-    pids = {me.pid} | {p.pid for p in me.children(recursive=True)}
-    found = {c.laddr.ip for c in psutil.net_connections(kind="tcp")
-             if c.status == psutil.CONN_LISTEN and c.pid in pids}  # fmt: skip
-    assert found and found <= {LOOPBACK, f"::ffff:{LOOPBACK}"}, found
-    try:
+    with loopback_cluster(ray, head_cpus=1, worker_cpus=[1]) as made:
+        me = psutil.Process()
+        pids = {me.pid} | {p.pid for p in me.children(recursive=True)}
+        found = {c.laddr.ip for c in psutil.net_connections(kind="tcp")
+                 if c.status == psutil.CONN_LISTEN and c.pid in pids}  # fmt: skip
+        assert found and found <= {LOOPBACK, f"::ffff:{LOOPBACK}"}, found
         yield made
-    finally:
-        ray.shutdown()
-        made.shutdown()
 
 
 def test_a_run_on_two_nodes_scores_as_the_local_run(cluster, tiny_run_yaml, tmp_path,
@@ -144,7 +134,7 @@ def test_a_run_on_two_nodes_scores_as_the_local_run(cluster, tiny_run_yaml, tmp_
     local = tiny_run_yaml("local", models=4, cache_dir=str(tmp_path / "cache-local"))
     remote = tiny_run_yaml("ray", models=4, cache_dir=str(tmp_path / "cache-ray"))
     assert main(["run", str(local), "--out", str(tmp_path / "local"), "--quiet"]) == 0
-    with _loopback_only(ray):  # the driver joins on loopback too
+    with loopback_only(ray):  # the driver joins on loopback too
         assert main(["run", str(remote), "--out", str(tmp_path / "ray"), "--quiet",
                      "--executor", "ray", "--ray-address", cluster.address]) == 0
     assert not ray.is_initialized()  # the run joined the cluster, and left it
@@ -170,7 +160,7 @@ def test_a_run_on_two_nodes_scores_as_the_local_run(cluster, tiny_run_yaml, tmp_
     assert (tmp_path / "again" / "scores.csv").read_bytes() == scores
     # where the models train is not what the run measures: the Ray rerun of the local run's
     # config replaces that run without --overwrite
-    with _loopback_only(ray):
+    with loopback_only(ray):
         assert main(["run", str(local), "--out", str(tmp_path / "local"), "--quiet",
                      "--executor", "ray", "--ray-address", cluster.address]) == 0
     assert training(tmp_path / "local")["nodes"] == {"cache": 4}
@@ -197,7 +187,7 @@ def test_an_audits_references_train_on_the_cluster_alike(cluster, tmp_path):
              "recipe": {"architecture": "mlp", "epochs": 1, "batch_size": 64},
              "progress": False}
     local = miaudit.audit(**given, out=tmp_path / "local", cache_dir=str(tmp_path / "c1"))
-    with _loopback_only(ray):
+    with loopback_only(ray):
         remote = miaudit.audit(**given, out=tmp_path / "ray", cache_dir=str(tmp_path / "c2"),
                                compute={"executor": "ray", "address": cluster.address})
     assert local.meta["references_trained"] == remote.meta["references_trained"] == 2

@@ -70,12 +70,13 @@ def test_unknown_executor_and_misplaced_address():
 
 
 def test_the_loopback_helper_is_the_trainers():
-    """A local Ray instance is started loopback-only by one helper, in the training layer
-    (miaudit.train.cluster), which the studies' executor imports (no import upwards)."""
+    """A local Ray instance is started loopback-only by one helper (miaudit.runtime.local_ray),
+    which the run's trainer and the studies' executor both use."""
+    from miaudit.runtime import local_ray
     from miaudit.studies import executors
     from miaudit.train import cluster
 
-    assert executors._loopback_only is cluster._loopback_only
+    assert executors.loopback_only is cluster.loopback_only is local_ray.loopback_only
     assert executors.LOCAL_RAY_ADDRESS == cluster.LOCAL_RAY_ADDRESS == "127.0.0.1"
 
 

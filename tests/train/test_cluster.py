@@ -34,8 +34,7 @@ from miaudit.train.cluster import (
 )
 
 ray = pytest.importorskip("ray")  # the dev extra installs it, so CI runs these
-cluster_utils = pytest.importorskip("ray.cluster_utils")
-from miaudit.train.cluster import _loopback_only  # noqa: E402
+from miaudit.runtime.local_ray import loopback_cluster, loopback_only  # noqa: E402
 
 LOOPBACK = "127.0.0.1"
 RECIPE = Recipe(architecture="mlp", arch_params={"hidden": 32}, epochs=3, batch_size=32)
@@ -61,24 +60,14 @@ def listeners() -> list[str]:
 def cluster():
     """Head and one worker node on this machine, 1 CPU each, reachable from it only."""
     assert not ray.is_initialized()
-    with _loopback_only(ray):
-        made = cluster_utils.Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 1, "node_ip_address": LOOPBACK,
-                            "include_dashboard": False},
-        )  # fmt: skip
-        made.add_node(num_cpus=1, node_ip_address=LOOPBACK)
-    try:
+    with loopback_cluster(ray, head_cpus=1, worker_cpus=[1]) as made:
         yield made
-    finally:
-        ray.shutdown()
-        made.shutdown()
 
 
 @pytest.fixture(scope="module")
 def connected(cluster):
     """One driver connection to the cluster for the tests after the first."""
-    with _loopback_only(ray):
+    with loopback_only(ray):
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     yield Compute("ray", address=cluster.address)
     ray.shutdown()
@@ -115,7 +104,7 @@ def test_two_nodes_train_what_the_local_path_trains(cluster, digits, tmp_path):
     assert len(node_ids) == 2
     store = ModelCache(tmp_path / "ray")
     compute = Compute("ray", address=cluster.address)
-    with _loopback_only(ray):  # the driver joins on loopback too
+    with loopback_only(ray):  # the driver joins on loopback too
         models = store.get_or_train_many("fp", JOBS, RECIPE, features=x, labels=y,
                                          progress=False, compute=compute)  # fmt: skip
     assert not ray.is_initialized()  # the trainer joined the cluster, and left it
@@ -154,7 +143,7 @@ def test_two_nodes_train_what_the_local_path_trains(cluster, digits, tmp_path):
     assert [r["cache_key"] for r in written["models"]] == [m.cache_key for m in models]
 
 
-def test_the_cluster_listens_on_loopback_only(connected):
+def test_the_cluster_listens_onloopback_only(connected):
     found = listeners()
     assert found and set(found) <= {LOOPBACK, f"::ffff:{LOOPBACK}"}, found
 

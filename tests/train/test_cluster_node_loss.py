@@ -17,13 +17,12 @@ import numpy as np
 import pytest
 from safetensors.torch import save
 
+from miaudit.runtime.local_ray import loopback_cluster, loopback_only
 from miaudit.train import ModelCache, Recipe
-from miaudit.train.cluster import Compute, _loopback_only
+from miaudit.train.cluster import Compute
 
 ray = pytest.importorskip("ray")
-cluster_utils = pytest.importorskip("ray.cluster_utils")
 
-LOOPBACK = "127.0.0.1"
 RECIPE = Recipe(architecture="mlp", arch_params={"hidden": 32}, epochs=400, batch_size=32)
 SMALL = [(np.arange(k, k + 10), k) for k in range(3)]  # 1 step per epoch
 LARGE = [(np.arange(300), k) for k in range(3, 6)]  # 10 steps per epoch
@@ -37,18 +36,10 @@ def sha(model) -> str:
 @pytest.fixture
 def three_nodes():
     assert not ray.is_initialized()
-    with _loopback_only(ray):
-        made = cluster_utils.Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 0, "node_ip_address": LOOPBACK,
-                            "include_dashboard": False},
-        )  # fmt: skip
-        workers = [made.add_node(num_cpus=1, node_ip_address=LOOPBACK) for _ in range(2)]
-    try:
+    with loopback_cluster(ray, head_cpus=0, worker_cpus=[1, 1]) as made:
+        workers = [n for n in made.list_all_nodes() if n is not made.head_node]
+        assert len(workers) == 2
         yield made, workers
-    finally:
-        ray.shutdown()
-        made.shutdown()
 
 
 def test_a_node_lost_mid_run_is_retried_elsewhere_and_the_run_is_whole(three_nodes, digits,
@@ -68,7 +59,7 @@ def test_a_node_lost_mid_run_is_retried_elsewhere_and_the_run_is_whole(three_nod
             cluster.remove_node(victim, allow_graceful=False)
 
     store._store = store_then_kill
-    with _loopback_only(ray):
+    with loopback_only(ray):
         models = store.get_or_train_many("fp", jobs, RECIPE, features=x, labels=y,
                                          progress=False, max_stack=3,
                                          compute=Compute("ray", address=cluster.address))

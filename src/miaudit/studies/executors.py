@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from miaudit.runtime.local_ray import LOCAL_RAY_ADDRESS, loopback_only
 from miaudit.studies.cells import Cell, StudyError, Work
-from miaudit.train.cluster import LOCAL_RAY_ADDRESS, _loopback_only
 from miaudit.train.parallel import usable_cpus
 
 Outcome = tuple[Cell, Any, BaseException | None, float]
@@ -153,7 +153,7 @@ class RayExecutor:
             if self.address is None:  # a local instance sized by --workers, on loopback
                 options["num_cpus"] = self.workers
                 options["_node_ip_address"] = LOCAL_RAY_ADDRESS
-                with _loopback_only(ray):
+                with loopback_only(ray):
                     ray.init(**options)
             else:
                 ray.init(address=self.address, **options)

@@ -28,7 +28,6 @@ never by this module, so the local path and ``import miaudit`` do not load it.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -40,17 +39,13 @@ import numpy as np
 import torch
 
 from miaudit.errors import ConfigError, MiauditError
+from miaudit.runtime.local_ray import LOCAL_RAY_ADDRESS, loopback_only
 from miaudit.train import parallel
 from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.common import TrainedModel
 from miaudit.train.recipe import Recipe
 
 EXECUTORS = ("local", "ray")
-LOCAL_RAY_ADDRESS = "127.0.0.1"  # where a local instance started here binds
-# On Linux, Ray maps a 127.0.0.1 node address to the machine's routable one and its head
-# listens on every interface, unless clusters are off (Ray's switch for macOS and Windows):
-# measured with `ss -ltnp`, ray.init(_node_ip_address="127.0.0.1") alone listened on *:port.
-_RAY_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # Exceptions a worker may raise that another try can cure (a full disk or GPU, a dropped
 # connection); anything else is the job's own error and fails every try alike.
 RETRYABLE: tuple[type[BaseException], ...] = (OSError, MemoryError, torch.cuda.OutOfMemoryError)
@@ -147,27 +142,6 @@ def ray_module() -> Any:
 
 
 @contextlib.contextmanager
-def _loopback_only(ray: Any) -> Iterator[None]:
-    """Start a local Ray instance reachable from this machine only: clusters off for the
-    processes it spawns (the environment) and for this one (Ray reads the switch once, at
-    import, into ``ray._private.ray_constants``), both restored after. The studies' Ray
-    executor (:mod:`miaudit.studies.executors`) starts its local instance inside it too."""
-    from ray._private import ray_constants
-
-    before_env, before = os.environ.get(_RAY_CLUSTER_ENV), ray_constants.ENABLE_RAY_CLUSTER
-    os.environ[_RAY_CLUSTER_ENV] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = before
-        if before_env is None:
-            os.environ.pop(_RAY_CLUSTER_ENV, None)
-        else:
-            os.environ[_RAY_CLUSTER_ENV] = before_env
-
-
-@contextlib.contextmanager
 def ray_session(compute: Compute) -> Iterator[Any]:
     """Ray, connected for ``compute``: the instance already initialised in this process if
     there is one (left running), else one started (local, loopback only) or joined here and
@@ -178,7 +152,7 @@ def ray_session(compute: Compute) -> Iterator[Any]:
         return
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
     if compute.address is None:
-        with _loopback_only(ray):
+        with loopback_only(ray):
             ray.init(num_cpus=parallel.usable_cpus(), _node_ip_address=LOCAL_RAY_ADDRESS,
                      **options)  # fmt: skip
     else:
