@@ -133,6 +133,9 @@ def run(
     *,
     overwrite: bool = False,
     compute: Compute | Mapping[str, Any] | None = None,
+    device: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
 ) -> AuditResult:
     """Run a configured audit, as ``miaudit run CONFIG [--out OUT]`` does: trains (or loads
     from the model cache) every model, writes the run directory (config.yaml, training.json,
@@ -145,7 +148,10 @@ def run(
     :class:`~miaudit.train.cluster.Compute`; None keeps the config's. ``echo`` prints the
     results table as the command does. A run directory holding another run (another
     command's or config's) is refused unless ``overwrite=True`` (``--overwrite``); the same
-    config reruns into its own, wherever its models train.
+    config reruns into its own, wherever its models train. ``device``, ``cache_dir`` and
+    ``data_dir`` (``--device``, ``--cache-dir``, ``--data-dir``) replace the config's: where
+    the run computes and reads, not what it measures, so they leave the run's identity as
+    it is.
     """
     from miaudit.config import (
         ComputeConfig,
@@ -164,6 +170,12 @@ def run(
         cfg = load_config(config)
     if out is not None:
         cfg.output = os.fspath(out)
+    if device is not None:
+        cfg.device = device
+    if cache_dir is not None:
+        cfg.cache_dir = os.fspath(cache_dir)
+    if data_dir is not None:
+        cfg.data_dir = os.fspath(data_dir)
     if compute is not None:  # laid over the config's section, checked as it is
         given = _compute_mapping(compute)
         if not isinstance(given, dict):

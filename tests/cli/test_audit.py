@@ -295,3 +295,12 @@ def test_public_outputs_without_references_say_what_rmia_needs(user, tmp_path, c
     assert reason.startswith("needs reference models: black-box target")
     assert "references.recipe with an architecture" in reason
     assert reason.endswith("; the population samples it has do not let it run without them")
+
+
+def test_the_audit_takes_a_datasets_folder_flag():
+    from miaudit.cli.audit import flags_to_dict
+    from miaudit.cli.main import build_parser
+
+    args = build_parser().parse_args(["audit", "--data-dir", "/data/here"])
+    assert flags_to_dict(args)["data_dir"] == "/data/here"
+    assert "data_dir" not in flags_to_dict(build_parser().parse_args(["audit"]))

@@ -153,3 +153,18 @@ def test_attack_reports_say_the_confidence_level_of_their_intervals(digits_bank,
     # the same scoring again into its folder is its own run: no flag needed
     assert main(["attack", str(path), "--target", "1", "--attacks", "loss", "--out",
                  str(out)]) == 0
+
+
+def test_run_flags_set_where_a_run_computes_and_reads(tiny_run_yaml, tmp_path):
+    """--cache-dir and --data-dir replace the config's folders (the models land in the flag's
+    cache) and, being locations, leave the run's identity alone: the same config rerun with
+    other folders replaces its own run without --overwrite."""
+    config = tiny_run_yaml()
+    cache = tmp_path / "flag-cache"
+    assert main(["run", str(config), "--quiet", "--cache-dir", str(cache),
+                 "--data-dir", str(tmp_path / "flag-data"), "--device", "cpu"]) == 0
+    assert sorted(p.suffix for p in cache.iterdir()) == [".json", ".json", ".safetensors",
+                                                          ".safetensors"]  # 2 models
+    summary = json.loads((tmp_path / "runs" / "tiny" / "summary.json").read_text())
+    assert summary["config"]["cache_dir"] == str(cache)
+    assert main(["run", str(config), "--quiet"]) == 0  # the config's own folders: same run

@@ -74,7 +74,7 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
                "boundary_distance": True if args.boundary_distance else None}
     rest = {"signals": {k: v for k, v in signals.items() if v is not None},
             "exposed": args.exposed, "seed": args.seed, "name": args.name,
-            "device": args.device, "cache_dir": args.cache_dir,
+            "device": args.device, "cache_dir": args.cache_dir, "data_dir": args.data_dir,
             "compute": compute_flags(args)}
     return merge(mapping, {k: v for k, v in rest.items() if v is not None and v != {}})
 
@@ -165,6 +165,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     o.add_argument("--device", help="auto, cpu or cuda[:N]")
     o.add_argument("--out", help="run directory (default runs/NAME)")
     o.add_argument("--cache-dir", help="model cache (default ~/.cache/miaudit/models)")
+    o.add_argument("--data-dir", help="datasets folder for --data and --public names "
+                   "(default $MIAUDIT_DATA_DIR or ~/.cache/miaudit/data)")
     from miaudit.cli.compute import add_compute_flags  # argparse only
 
     add_compute_flags(o)

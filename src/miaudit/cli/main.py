@@ -37,7 +37,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from miaudit.api import run
 
     run(args.config, out=args.out, progress=not args.quiet, echo=True,
-        overwrite=args.overwrite, compute=compute)
+        overwrite=args.overwrite, compute=compute, device=args.device,
+        cache_dir=args.cache_dir, data_dir=args.data_dir)
     return 0
 
 
@@ -176,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the audit described by a YAML config")
     run.add_argument("config", help="path to the run config (YAML)")
     run.add_argument("--out", help="run directory (default: the config's output or runs/NAME)")
+    run.add_argument("--device", help="auto, cpu or cuda[:N] (default: the config's)")
+    run.add_argument("--cache-dir", help="model cache (default: the config's, else "
+                     "$MIAUDIT_CACHE_DIR or ~/.cache/miaudit/models)")
+    run.add_argument("--data-dir", help="datasets folder (default: the config's, else "
+                     "$MIAUDIT_DATA_DIR or ~/.cache/miaudit/data)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     add_compute_flags(run)
