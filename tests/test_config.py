@@ -27,6 +27,9 @@ def test_bad_values_are_reported():
         config_from_dict({"attacks": ["loss"], "attack_params": {"rmia": {"a": 1}}})
     with pytest.raises(ConfigError, match="mapping"):
         config_from_dict({"split": [1, 2]})
+    for seed in (-3, True, 1.5):  # numpy's generators take no negative seed: refused first
+        with pytest.raises(ConfigError, match="seed must be an integer >= 0"):
+            config_from_dict({"seed": seed})
 
 
 def test_bad_yaml_and_missing_file(tmp_path):

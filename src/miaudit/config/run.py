@@ -169,7 +169,8 @@ def _check_types(cfg: RunConfig) -> None:
         if not cond:
             raise ConfigError(message)
 
-    need(isinstance(cfg.seed, int), f"seed must be an integer; got {cfg.seed!r}.")
+    need(isinstance(cfg.seed, int) and not isinstance(cfg.seed, bool) and cfg.seed >= 0,
+         f"seed must be an integer >= 0 (it seeds numpy's generators); got {cfg.seed!r}.")
     if cfg.signals is None:  # `signals:` left empty in the YAML
         cfg.signals = SignalsConfig()
     need(isinstance(cfg.models, int) and cfg.models >= 1, "models must be an integer >= 1.")

@@ -265,7 +265,8 @@ def _check(cfg: AuditConfig) -> None:
         from miaudit.train.recipe import check_trainable
 
         check_trainable(cfg.references.recipe, "references.recipe")
-    need(isinstance(cfg.seed, int) and cfg.seed >= 0, "seed must be an integer >= 0.")
+    need(isinstance(cfg.seed, int) and not isinstance(cfg.seed, bool) and cfg.seed >= 0,
+         f"seed must be an integer >= 0 (it seeds numpy's generators); got {cfg.seed!r}.")
     need(isinstance(cfg.exposed, int) and cfg.exposed >= 1, "exposed must be an integer >= 1.")
     need(cfg.attacks is None or (isinstance(cfg.attacks, list)
                                  and all(isinstance(a, str) for a in cfg.attacks)),
