@@ -38,7 +38,8 @@ def _replace(bank: SignalBank, **arrays) -> SignalBank:
 def banks(digits_bank) -> list[SignalBank]:
     """The digits bank with the channels and text sizes no model run here computed (seeded
     stand-ins: the contract is about what an attack reads, not its power), and a sequence
-    bank in the balanced design."""
+    bank in the balanced design with the calibrated LM attacks' arrays (a base model's
+    log-probs, prefix-conditioned log-probs, token ids)."""
     rng = np.random.default_rng(0)
     m, n = digits_bank.membership.shape
     channels = {**digits_bank.channels,
@@ -47,7 +48,7 @@ def banks(digits_bank) -> list[SignalBank]:
     classifier = _replace(digits_bank, channels=channels,
                           text_zlib_bytes=rng.integers(20, 300, n),
                           text_chars=rng.integers(300, 900, n))
-    return [classifier, make_bank(m=8, n=120, balanced=True)]
+    return [classifier, make_bank(m=8, n=120, balanced=True, calibrated=True)]
 
 
 def _params(spec) -> dict:
@@ -79,10 +80,17 @@ def _duplicated(bank: SignalBank, i: int, j: int) -> SignalBank:
     label, its membership, channels and text sizes."""
     arrays = {}
     if bank.has_sequences:
-        for key in ("seq_token_logprob", "seq_mean_logprob", "seq_std_logprob"):
-            a = getattr(bank, key).copy()
-            a[:, i] = a[:, j]
-            arrays[key] = a
+        for key in ("seq_token_logprob", "seq_mean_logprob", "seq_std_logprob",
+                    "seq_prefix_token_logprob"):
+            if getattr(bank, key) is not None:
+                a = getattr(bank, key).copy()
+                a[:, i] = a[:, j]
+                arrays[key] = a
+        for key in ("seq_base_token_logprob", "seq_token_ids"):  # per sample, not per model
+            if getattr(bank, key) is not None:
+                a = getattr(bank, key).copy()
+                a[i] = a[j]
+                arrays[key] = a
         lengths = bank.seq_lengths.copy()
         lengths[i] = lengths[j]
         arrays["seq_lengths"] = lengths

@@ -17,12 +17,12 @@ from miaudit.signals.bank import valid_positions
 
 LM_ATTACKS = ["lm-loss", "zlib", "min-k", "min-k-plus-plus", "lm-calibrated",
               "lm-lira-offline", "lm-lira-offline-fixed-variance", "lm-rmia", "lm-rapid",
-              "blind"]
+              "blind", "lm-base-reference", "recall", "dc-pdd"]
 FAST = dict(epochs=3, max_train_samples=400)
 
 
 def make_bank(m=6, n=80, t=12, seed=0, padding=(np.nan, np.inf, -1e30), effect=0.0,
-              n_population=20, balanced=False):
+              n_population=20, balanced=False, calibrated=False, vocab=9):
     """A seeded sequence bank: the last `n_population` samples are population; members'
     token log-probs are raised by `effect` (a planted leak). `balanced`: each sample is IN
     for exactly half the models (the online design), else for each model with chance 1/2."""
@@ -46,9 +46,18 @@ def make_bank(m=6, n=80, t=12, seed=0, padding=(np.nan, np.inf, -1e30), effect=0
     chars = zbytes * 2 + rng.integers(0, 50, size=n)
     population = np.zeros(n, dtype=bool)
     population[n - n_population:] = True
+    extra = {}
+    if calibrated:  # the calibrated attacks' arrays: a base model, a prefix, token ids
+        prefix = np.minimum(token - rng.exponential(0.5, size=token.shape), 0.0)
+        base = -rng.exponential(2.0, size=(n, t)).astype(np.float32)
+        ids = rng.integers(0, vocab, size=(n, t))  # a small vocabulary: repeated tokens
+        prefix[:, pad], base[pad], ids[pad] = padding[0], padding[1], 10**6
+        extra = dict(seq_prefix_token_logprob=prefix.astype(np.float32),
+                     seq_base_token_logprob=base, seq_token_ids=ids,
+                     seq_vocab_size=np.int64(vocab))
     return SignalBank(None, None, membership, population=population, seq_token_logprob=token,
                       seq_mean_logprob=mean, seq_std_logprob=std, seq_lengths=lengths,
-                      text_zlib_bytes=zbytes, text_chars=chars)
+                      text_zlib_bytes=zbytes, text_chars=chars, **extra)
 
 
 @pytest.fixture(scope="module")
@@ -204,8 +213,8 @@ def test_rapid_features_match_naive_on_target_and_shadows(bank):
 
 def test_padding_is_never_read():
     """The same bank with other garbage in its padding gives the same scores."""
-    one = make_bank(padding=(np.nan, np.inf, -1e30))
-    two = make_bank(padding=(0.0, -1e30, np.nan))
+    one = make_bank(padding=(np.nan, np.inf, -1e30), calibrated=True)
+    two = make_bank(padding=(0.0, -1e30, np.nan), calibrated=True)
     for name in LM_ATTACKS:
         params = FAST if name == "lm-rapid" else {}
         a = run_attack(name, TargetView.of(one, 0), **params).scores
@@ -293,3 +302,116 @@ def test_the_blind_baseline_costs_no_model_and_no_query():
 
     blind, loss = get_attack("blind"), get_attack("lm-loss")
     assert blind.model_free and not loss.model_free
+
+
+@pytest.fixture(scope="module")
+def calibrated_bank():
+    return make_bank(calibrated=True)
+
+
+@pytest.mark.parametrize("target", [0, 3])
+def test_base_reference_matches_naive(calibrated_bank, target):
+    bank, view = calibrated_bank, TargetView.of(calibrated_bank, target)
+    per_token, total = [], []
+    for j in range(bank.n_samples):
+        diff = 0.0
+        for t in range(bank.seq_lengths[j]):
+            diff += (float(bank.seq_token_logprob[target, j, t])
+                     - float(bank.seq_base_token_logprob[j, t]))
+        total.append(diff)
+        per_token.append(diff / bank.seq_lengths[j])
+    np.testing.assert_allclose(run_attack("lm-base-reference", view).scores, per_token,
+                               rtol=1e-6)
+    np.testing.assert_allclose(run_attack("lm-base-reference", view, reduction="sum").scores,
+                               total, rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", [0, 3])
+def test_recall_matches_naive(calibrated_bank, target):
+    bank, view = calibrated_bank, TargetView.of(calibrated_bank, target)
+    expected = []
+    for j in range(bank.n_samples):
+        length = bank.seq_lengths[j]
+        plain = sum(float(v) for v in bank.seq_token_logprob[target, j, :length]) / length
+        conditioned = sum(float(v) for v in
+                          bank.seq_prefix_token_logprob[target, j, :length]) / length
+        expected.append(conditioned / plain)
+    np.testing.assert_allclose(run_attack("recall", view).scores, expected, rtol=1e-6)
+
+
+def test_recall_is_nan_where_the_text_is_certain():
+    bank = make_bank(calibrated=True)
+    token = bank.seq_token_logprob.copy()
+    token[0, 4] = 0.0
+    scores = run_attack("recall", TargetView.of(bank.replace(seq_token_logprob=token), 0))
+    assert np.isnan(scores.scores[4]) and np.isfinite(np.delete(scores.scores, 4)).all()
+
+
+@pytest.mark.parametrize("a", [0.01, 0.3, 10.0])
+def test_dc_pdd_matches_naive(calibrated_bank, a):
+    bank, target = calibrated_bank, 2
+    vocab = int(bank.seq_vocab_size)
+    counts = [0] * vocab
+    for j in np.flatnonzero(bank.population):
+        for t in range(bank.seq_lengths[j]):
+            counts[int(bank.seq_token_ids[j, t])] += 1
+    freq = [(c + 1) / (sum(counts) + vocab) for c in counts]
+    expected = []
+    for j in range(bank.n_samples):
+        seen, alphas = set(), []
+        for t in range(bank.seq_lengths[j]):
+            token = int(bank.seq_token_ids[j, t])
+            if token in seen:
+                continue
+            seen.add(token)
+            p = np.exp(float(bank.seq_token_logprob[target, j, t]))
+            alphas.append(min(p * np.log(1.0 / freq[token]), a))
+        expected.append(sum(alphas) / len(alphas))
+    scores = run_attack("dc-pdd", TargetView.of(bank, target), a=a).scores
+    np.testing.assert_allclose(scores, expected, rtol=1e-6)
+
+
+def test_dc_pdd_counts_population_tokens_only(calibrated_bank):
+    """Changing an audit sample's tokens leaves the frequencies (hence other samples'
+    scores) unchanged; changing a population sample's tokens changes them."""
+    bank = calibrated_bank
+    base = run_attack("dc-pdd", TargetView.of(bank, 0), a=10.0).scores
+    for row, changes in ((5, False), (bank.n_samples - 1, True)):
+        ids = bank.seq_token_ids.copy()
+        ids[row, : bank.seq_lengths[row]] = 0
+        scores = run_attack("dc-pdd", TargetView.of(bank.replace(seq_token_ids=ids), 0),
+                            a=10.0).scores
+        others = np.delete(np.arange(bank.n_samples), [row])
+        assert (not np.allclose(scores[others], base[others])) == changes
+
+
+def test_calibrated_needs_errors(bank):
+    view = TargetView.of(bank, 0)  # a sequence bank without the calibrated arrays
+    with pytest.raises(AttackError, match="no base model"):
+        run_attack("lm-base-reference", view)
+    with pytest.raises(AttackError, match="seq_prefix_token_logprob"):
+        run_attack("recall", view)
+    with pytest.raises(AttackError, match="seq_token_ids"):
+        run_attack("dc-pdd", view)
+
+
+def test_calibrated_arrays_survive_save_and_load(calibrated_bank, tmp_path):
+    loaded = SignalBank.load(calibrated_bank.save(tmp_path / "bank.npz"))
+    for key in ("seq_prefix_token_logprob", "seq_base_token_logprob", "seq_token_ids",
+                "seq_vocab_size"):
+        np.testing.assert_array_equal(getattr(loaded, key), getattr(calibrated_bank, key))
+    view = TargetView.of(loaded, 1)
+    for name in ("lm-base-reference", "recall", "dc-pdd"):
+        np.testing.assert_array_equal(run_attack(name, view).scores,
+                                      run_attack(name, TargetView.of(calibrated_bank, 1)).scores)
+
+
+def test_calibrated_attacks_rank_a_planted_leak_as_members():
+    """Higher = member: members' token log-probs are raised (the base model's are not, and
+    the prefix costs them the same), so each calibrated attack ranks members higher."""
+    bank = make_bank(m=4, n=400, effect=1.5, n_population=100, seed=2, balanced=True,
+                     calibrated=True)
+    members, audit = bank.membership[0], bank.audit
+    for name, params in (("lm-base-reference", {}), ("recall", {}), ("dc-pdd", {"a": 10.0})):
+        scores = run_attack(name, TargetView.of(bank, 0), **params).scores
+        assert auc(scores[audit], members[audit]) > 0.6, name

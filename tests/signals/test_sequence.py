@@ -186,3 +186,116 @@ def test_logits_may_be_left_out_only_with_sequences(tmp_path):
     np.savez(tmp_path / "bad.npz", membership=np.zeros((2, 3), dtype=bool))
     with pytest.raises(BankError, match="lacks required arrays"):
         SignalBank.load(tmp_path / "bad.npz")
+
+
+def _tiny_lms(count, positions):
+    from miaudit.models.text import gpt_small
+
+    torch.manual_seed(0)
+    return [gpt_small((8,), 1, n_layer=1, n_embd=16, n_head=2, vocab_size=30,
+                      n_positions=positions) for _ in range(count)]
+
+
+def _token_ids():
+    ids = np.zeros((7, 8), dtype=np.float32)  # right-padded with pad id 0
+    for i, length in enumerate([2, 3, 8, 5, 8, 4, 6]):
+        ids[i, :length] = 1 + (np.arange(length) * (i + 2)) % 29
+    return ids
+
+
+def test_draw_prefix_is_seeded_and_drops_padding():
+    from miaudit.signals.sequence import draw_prefix
+
+    ids = _token_ids()
+    prefix = draw_prefix(ids, np.array([4, 5, 6]), 2, seed=3, pad_id=0)
+    np.testing.assert_array_equal(prefix, draw_prefix(ids, np.array([4, 5, 6]), 2, 3, 0))
+    assert prefix.dtype == np.int64 and (prefix != 0).all()
+    assert len(prefix) in {8 + 4, 8 + 6, 4 + 6}
+    with pytest.raises(ValueError, match="public texts"):
+        draw_prefix(ids, np.array([4]), 2, seed=0, pad_id=0)
+
+
+def test_prefix_conditioned_base_and_token_id_channels_match_naive_forwards():
+    """ReCaLL's channel equals a naive forward of prefix + text (one text, no padding)
+    sliced to the text's tokens; the base model's is its plain token log-probs; token ids
+    are the scored tokens. Batched and right-padded on the bank's side."""
+    from miaudit.attacks import TargetView, run_attack
+    from miaudit.signals.assemble import SignalSpec, assemble_bank, query_signals
+    from miaudit.signals.sequence import draw_prefix
+
+    *lms, base = _tiny_lms(3, positions=24)
+    ids = _token_ids()
+    public, rows = np.array([5, 6]), np.array([3, 0, 2, 1, 4])
+    prefix = draw_prefix(ids, public, 2, seed=0, pad_id=int(lms[0].pad_id))
+    spec = SignalSpec(batch_size=2, token_ids=True)
+    signals = query_signals(lms, ids, np.zeros(7, dtype=np.int64), rows, "tokens", spec,
+                            progress=False, base=base, prefix_ids=prefix)  # fmt: skip
+    width = ids.shape[1] - 1
+    assert signals.seq_prefix_token_logprob.shape == (2, 5, width)
+    for k, row in enumerate(rows):
+        text = ids[row][ids[row] != 0].astype(np.int64)
+        x = torch.from_numpy(np.concatenate([prefix, text]))[None]
+        for m, lm in enumerate(lms):
+            with torch.no_grad():
+                logp = torch.log_softmax(lm(x)[0].double(), -1).numpy()
+            expected = [logp[len(prefix) + t, text[t + 1]] for t in range(len(text) - 1)]
+            got = signals.seq_prefix_token_logprob[m, k]
+            np.testing.assert_allclose(got[: len(text) - 1], expected, rtol=1e-4, atol=1e-5)
+            assert (got[len(text) - 1 :] == 0).all()
+        with torch.no_grad():
+            logp = torch.log_softmax(base(torch.from_numpy(text)[None])[0].double(), -1)
+        expected = [logp[t, text[t + 1]].item() for t in range(len(text) - 1)]
+        np.testing.assert_allclose(signals.seq_base_token_logprob[k, : len(text) - 1],
+                                   expected, rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(signals.seq_token_ids[k, : len(text) - 1], text[1:])
+        assert (signals.seq_token_ids[k, len(text) - 1 :] == -1).all()
+    assert int(signals.seq_vocab_size) == 30
+    assert signals.take([1]).seq_prefix_token_logprob.shape == (1, 5, width)
+    population = np.array([False, False, False, True, True])
+    bank = assemble_bank(signals, np.zeros(5, dtype=np.int64),
+                         np.array([[True, False, True, False, False]] * 2), ~population,
+                         population)  # fmt: skip
+    view = TargetView.of(bank, 0)
+    for name in ("lm-base-reference", "recall", "dc-pdd"):
+        assert np.isfinite(run_attack(name, view).scores).all(), name
+
+
+def test_calibrated_channels_are_off_unless_asked_for():
+    from miaudit.signals.assemble import SignalSpec, query_signals
+
+    lms = _tiny_lms(1, positions=8)
+    signals = query_signals(lms, _token_ids(), np.zeros(7), np.arange(3), "tokens",
+                            SignalSpec(), progress=False)  # fmt: skip
+    for key in ("seq_prefix_token_logprob", "seq_base_token_logprob", "seq_token_ids",
+                "seq_vocab_size"):
+        assert getattr(signals, key) is None, key
+
+
+def test_calibrated_arrays_are_validated_and_padding_ids_cleared():
+    arrays = sequence_arrays(garbage=False)
+    m, n, t = arrays["seq_token_logprob"].shape
+    lengths = arrays["seq_lengths"]
+    ids = np.random.default_rng(0).integers(0, 5, size=(n, t))
+    ids[~valid_positions(lengths, t)] = 99  # padding: anything, cleared to -1
+    bank = SignalBank(logits=None, labels=None, seq_token_ids=ids, seq_vocab_size=np.int64(5),
+                      seq_base_token_logprob=arrays["seq_token_logprob"][0],
+                      seq_prefix_token_logprob=arrays["seq_token_logprob"], **arrays)
+    assert (bank.seq_token_ids[~valid_positions(lengths, t)] == -1).all()
+    bad = ids.copy()
+    bad[0, 0] = 5
+    with pytest.raises(BankError, match="outside 0..4"):
+        SignalBank(logits=None, labels=None, seq_token_ids=bad, seq_vocab_size=np.int64(5),
+                   **arrays)
+    with pytest.raises(BankError, match="come together"):
+        SignalBank(logits=None, labels=None, seq_token_ids=ids, **arrays)
+    with pytest.raises(BankError, match="seq_base_token_logprob must have shape"):
+        SignalBank(logits=None, labels=None, seq_base_token_logprob=arrays["seq_token_logprob"],
+                   **arrays)
+    positive = arrays["seq_token_logprob"].copy()
+    positive[0, 0, 0] = 1.0
+    with pytest.raises(BankError, match="positive log-probabilities"):
+        SignalBank(logits=None, labels=None, seq_prefix_token_logprob=positive, **arrays)
+    with pytest.raises(BankError, match="no sequence signals"):
+        SignalBank(logits=np.zeros((m, n, 1, 2), np.float32), labels=np.zeros(n, np.int64),
+                   membership=arrays["membership"], seq_token_ids=ids,
+                   seq_vocab_size=np.int64(5))

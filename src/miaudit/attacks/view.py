@@ -57,6 +57,12 @@ class TargetView:
         self.seq_lengths = bank.seq_lengths  # int [N] or None: scored tokens per sample
         self.text_zlib_bytes = bank.text_zlib_bytes  # int [N] or None
         self.text_chars = bank.text_chars  # int [N] or None
+        # Optional arrays of the calibrated LM attacks (lm_calibrated.py); None when absent.
+        self._seq_prefix = bank.seq_prefix_token_logprob  # [M, N, T] (ReCaLL)
+        self.seq_base_token_logprob = bank.seq_base_token_logprob  # [N, T], the base model
+        self.seq_token_ids = bank.seq_token_ids  # int [N, T], -1 at padding (DC-PDD)
+        self.seq_vocab_size = (None if bank.seq_vocab_size is None
+                               else int(bank.seq_vocab_size))
         self._memo: dict[Hashable, Any] = {}
 
     @classmethod
@@ -149,6 +155,11 @@ class TargetView:
     def reference_token_logprob(self, r: int) -> np.ndarray:
         """Reference r's (0..R-1) token log-probabilities, float32 [N, T]."""
         return self._sequence(self._seq_token)[self.reference_ids[r]]
+
+    def target_prefix_token_logprob(self) -> np.ndarray | None:
+        """The target's log p(x_{t+1} | P, x_<=t) under ReCaLL's fixed prefix P, float32
+        [N, T]; None when the bank lacks it."""
+        return None if self._seq_prefix is None else self._seq_prefix[self.target]
 
     def target_next_token_moments(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std of log p(v) under the target's next-token distribution, float32

@@ -22,11 +22,18 @@ import torch
 from miaudit.errors import ConfigError
 from miaudit.runtime.malloc import keep_freed_memory
 from miaudit.runtime.progress import progress_bar
-from miaudit.signals.bank import SEQUENCE_KEYS, TEXT_KEYS, SignalBank
+from miaudit.signals.bank import (
+    BASE_KEY,
+    PREFIX_KEY,
+    SEQUENCE_EXTRA_KEYS,
+    SEQUENCE_KEYS,
+    TEXT_KEYS,
+    SignalBank,
+)
 from miaudit.signals.boundary import boundary_channels
 from miaudit.signals.defences import apply_defence
 from miaudit.signals.query import per_sample_grad_norms, query_logits
-from miaudit.signals.sequence import sequence_signals, text_sizes
+from miaudit.signals.sequence import prefixed_token_logprob, sequence_signals, text_sizes
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +46,8 @@ CHANNEL_SWITCHES = {"grad_norm": "signals.grad_norm", "boundary_distance":
 class SignalSpec:
     """What to ask the models: the queries (``plain``, ``mirror``, ``crop-flip-K``), the extra
     channels, the output defence the attacker sees, the batch size, and the seed of the
-    HopSkipJump search."""
+    HopSkipJump search. ``token_ids``: causal LMs only, keep each text's scored token ids and
+    the vocabulary size in the bank (DC-PDD's token frequencies)."""
 
     queries: tuple[str, ...] = ("plain",)
     grad_norm: bool = False
@@ -47,6 +55,7 @@ class SignalSpec:
     defence: str | dict[str, Any] | None = None
     batch_size: int = 1024
     seed: int = 0
+    token_ids: bool = False
 
 
 @dataclass
@@ -64,6 +73,12 @@ class Signals:
     seq_mean_logprob: np.ndarray | None = None
     seq_std_logprob: np.ndarray | None = None
     seq_lengths: np.ndarray | None = None
+    # optional (calibrated LM attacks): prefix-conditioned log-probs [M, N, T], the base
+    # model's log-probs [N, T], scored token ids [N, T] and the vocabulary size []
+    seq_prefix_token_logprob: np.ndarray | None = None
+    seq_base_token_logprob: np.ndarray | None = None
+    seq_token_ids: np.ndarray | None = None
+    seq_vocab_size: np.ndarray | None = None
 
     @property
     def has_sequences(self) -> bool:
@@ -73,7 +88,8 @@ class Signals:
         """The signals of ``models`` only (bank order as given)."""
         pick = list(models)
         seq = {k: None if getattr(self, k) is None else getattr(self, k)[pick]
-               for k in SEQUENCE_KEYS}  # fmt: skip
+               for k in (*SEQUENCE_KEYS, PREFIX_KEY)}  # fmt: skip
+        seq.update({k: getattr(self, k) for k in SEQUENCE_EXTRA_KEYS if k != PREFIX_KEY})
         return Signals(None if self.logits is None else self.logits[pick],
                        {k: v[pick] for k, v in self.channels.items()},
                        dict(self.missing), dict(self.seconds), **seq,
@@ -87,7 +103,8 @@ def query_signals(
     models: Sequence[Model], features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
     kind: str, spec: SignalSpec, device: str = "cpu", progress: bool = True,
     *, white_box: bool = True, black_box_reason: str = "",
-    precision: str | Sequence[str] = "fp32",
+    precision: str | Sequence[str] = "fp32", base: torch.nn.Module | None = None,
+    prefix_ids: np.ndarray | None = None,
 ) -> Signals:  # fmt: skip
     """Every model's signals on dataset rows ``rows`` (bank order).
 
@@ -98,9 +115,13 @@ def query_signals(
     Causal LMs (modules with ``causal_lm = True``) answer sequence signals instead of logits
     (:func:`lm_signals`). ``precision``: the recipe precision each model was trained at (one
     for all, or one per entry of ``models``): a bf16 model is queried under bf16 autocast.
+    ``base`` and ``prefix_ids``: causal LMs only (:func:`lm_signals`).
     """
     if any(getattr(m, "causal_lm", False) for m in models):
-        return lm_signals(models, features, rows, spec, device, progress)
+        return lm_signals(models, features, rows, spec, device, progress, base=base,
+                          prefix_ids=prefix_ids)
+    if base is not None or prefix_ids is not None:
+        raise ConfigError("a base model and a ReCaLL prefix are for causal LMs only.")
     queries = list(spec.queries)
     modules = [m for m in models if isinstance(m, torch.nn.Module)]
     if not isinstance(precision, str):  # one per model: keep the modules' own
@@ -166,13 +187,22 @@ _LM_BATCH_FLOATS = 2**24
 
 def lm_signals(
     models: Sequence[Model], features: np.ndarray, rows: np.ndarray, spec: SignalSpec,
-    device: str = "cpu", progress: bool = True,
+    device: str = "cpu", progress: bool = True, *, base: torch.nn.Module | None = None,
+    prefix_ids: np.ndarray | None = None,
 ) -> Signals:  # fmt: skip
     """Sequence signals of causal LMs on dataset rows ``rows``: token ids ``features`` [n, L]
     (float, right-padded with each model's ``pad_id``). Per model, batched forwards and
     :func:`~miaudit.signals.sequence.sequence_signals` give ``seq_token_logprob``,
     ``seq_mean_logprob`` and ``seq_std_logprob`` [M, N, L - 1]; ``seq_lengths`` [N] is each
-    text's token count - 1 (its scored positions: padding is never scored)."""
+    text's token count - 1 (its scored positions: padding is never scored).
+
+    Optional channels, computed only when asked for (docs/algorithms.md §15): ``base``, the
+    pretrained base model (a causal LM, not one of the bank's models), gives
+    ``seq_base_token_logprob`` [N, L - 1] (lm-base-reference); ``prefix_ids`` [P], ReCaLL's
+    fixed non-member prefix (:func:`~miaudit.signals.sequence.draw_prefix`), gives every
+    model's ``seq_prefix_token_logprob`` [M, N, L - 1], from forwards of prefix + text (the
+    models need P + L positions); ``spec.token_ids`` keeps ``seq_token_ids`` [N, L - 1] (the
+    scored tokens, -1 at padding) and ``seq_vocab_size`` (DC-PDD)."""
     if not all(getattr(m, "causal_lm", False) for m in models):
         raise ConfigError(
             "a bank mixes causal LMs with other models (or precomputed outputs); a sequence "
@@ -188,7 +218,9 @@ def lm_signals(
             "output defences act on a classifier's logits; a causal LM's sequence bank has "
             "none to defend (leave signals.defence unset)."
         )
-    pads = {int(m.pad_id) for m in models}
+    if base is not None and not getattr(base, "causal_lm", False):
+        raise ConfigError("the base model must be a causal LM module (causal_lm = True).")
+    pads = {int(m.pad_id) for m in (*models, *([base] if base is not None else []))}
     if len(pads) != 1:
         raise ConfigError(f"the causal LMs disagree on the pad id: {sorted(pads)}.")
     pad = pads.pop()
@@ -208,21 +240,48 @@ def lm_signals(
     start = time.perf_counter()
     n, width = ids.shape
     shape = (len(models), n, width - 1)
-    arrays = {k: np.zeros(shape, dtype=np.float32) for k in SEQUENCE_KEYS}
-    bar = progress_bar(len(models), "querying models", "model", enabled=progress)
-    for m, module in enumerate(models):
+    arrays: dict[str, Any] = {k: np.zeros(shape, dtype=np.float32) for k in SEQUENCE_KEYS}
+    prefix = None
+    if prefix_ids is not None:
+        prefix = torch.as_tensor(np.asarray(prefix_ids)).long().reshape(-1)
+        if prefix.numel() == 0 or bool((prefix == pad).any()):
+            raise ConfigError("the ReCaLL prefix must hold at least one token and no pad id.")
+        arrays[PREFIX_KEY] = np.zeros(shape, dtype=np.float32)
+    queried: list[tuple[int | None, Any]] = list(enumerate(models))
+    if base is not None:
+        queried.append((None, base))
+        arrays[BASE_KEY] = np.zeros(shape[1:], dtype=np.float32)
+    bar = progress_bar(len(queried), "querying models", "model", enabled=progress)
+    for m, module in queried:
         vocab = int(getattr(module, "vocab_size", 50_000))
-        batch = max(1, min(int(spec.batch_size), _LM_BATCH_FLOATS // (width * vocab)))
+        long = width + (0 if prefix is None or m is None else len(prefix))
+        batch = max(1, min(int(spec.batch_size), _LM_BATCH_FLOATS // (long * vocab)))
         module.eval().to(device)
         # keep_freed_memory: each batch reallocates the same [batch, T, vocabulary] arrays
         with torch.no_grad(), keep_freed_memory():
             for lo in range(0, n, batch):
                 xb = ids[lo : lo + batch].to(device)
-                parts = sequence_signals(module(xb), xb, lengths[lo : lo + batch].numpy())
+                lb = lengths[lo : lo + batch].numpy()
+                parts = sequence_signals(module(xb), xb, lb)
+                if m is None:  # the base model: its token log-probs only
+                    arrays[BASE_KEY][lo : lo + len(xb)] = parts[0].cpu().numpy()
+                    continue
                 for key, part in zip(SEQUENCE_KEYS, parts, strict=True):
                     arrays[key][m, lo : lo + len(xb)] = part.cpu().numpy()
+                if prefix is not None:
+                    pb = prefix.to(device)[None, :].expand(len(xb), -1)
+                    logits = module(torch.cat([pb, xb], dim=1))
+                    part = prefixed_token_logprob(logits, len(prefix), xb, lb)
+                    arrays[PREFIX_KEY][m, lo : lo + len(xb)] = part.cpu().numpy()
         bar.update(1)
     bar.close()
+    if spec.token_ids:
+        vocabs = {int(getattr(module, "vocab_size", 0)) for module in models}
+        if len(vocabs) != 1 or 0 in vocabs:
+            raise ConfigError(f"DC-PDD's token ids need one vocabulary size shared by the "
+                              f"causal LMs (vocab_size); got {sorted(vocabs)}.")
+        arrays["seq_token_ids"] = torch.where(real[:, 1:], ids[:, 1:], -1).numpy()
+        arrays["seq_vocab_size"] = np.int64(vocabs.pop())
     missing = {
         "grad_norm": ("per-sample gradient norms are a classifier channel (the loss on a "
                       "label); not computed for causal LMs"),
@@ -245,7 +304,8 @@ def assemble_bank(
     sizes = dict(zip(TEXT_KEYS, text_sizes(list(texts)), strict=True)) if texts is not None else {}
     seq: dict[str, Any] = {}
     if signals.has_sequences:  # the bank derives its logits (labels all 0: the true class)
-        seq = {k: getattr(signals, k) for k in (*SEQUENCE_KEYS, "seq_lengths")}
+        seq = {k: getattr(signals, k)
+               for k in (*SEQUENCE_KEYS, "seq_lengths", *SEQUENCE_EXTRA_KEYS)}
         labels = None
     return SignalBank(logits=signals.logits, labels=labels, membership=membership,
                       population=population, audit=audit, canary=canary,

@@ -31,7 +31,15 @@ _OPTIONAL_KEYS = ("population", "audit", "canary")
 # Sequence arrays (causal LMs): [M, N, T] float32 per model, and per-sample [N] ints.
 SEQUENCE_KEYS = ("seq_token_logprob", "seq_mean_logprob", "seq_std_logprob")
 TEXT_KEYS = ("text_zlib_bytes", "text_chars")
-_SEQUENCE_OPTIONAL = (*SEQUENCE_KEYS, "seq_lengths", *TEXT_KEYS)
+# Optional sequence arrays for calibrated LM attacks (docs/algorithms.md §15), each computed
+# only when asked for: every model's token log-probs conditioned on a fixed non-member prefix
+# [M, N, T] (ReCaLL), the pretrained base model's token log-probs [N, T] (lm-base-reference),
+# the ids of the scored tokens [N, T] (-1 at padding) and the vocabulary size [] (DC-PDD).
+PREFIX_KEY = "seq_prefix_token_logprob"
+BASE_KEY = "seq_base_token_logprob"
+TOKEN_ID_KEYS = ("seq_token_ids", "seq_vocab_size")
+SEQUENCE_EXTRA_KEYS = (PREFIX_KEY, BASE_KEY, *TOKEN_ID_KEYS)
+_SEQUENCE_OPTIONAL = (*SEQUENCE_KEYS, "seq_lengths", *TEXT_KEYS, *SEQUENCE_EXTRA_KEYS)
 # Largest mean log-probability used in the derived logits: log(1 - p) must stay finite.
 _MAX_MEAN_LOGPROB = -1e-6
 
@@ -56,6 +64,12 @@ class SignalBank:
     seq_lengths: np.ndarray | None = None  # int64 [N]: scored tokens per sample, in [1, T]
     text_zlib_bytes: np.ndarray | None = None  # int64 [N]: len(zlib.compress(text.utf8))
     text_chars: np.ndarray | None = None  # int64 [N]: characters of the text
+    # float32 [M, N, T]: log p(x_{t+1} | P, x_<=t), P the fixed non-member prefix (ReCaLL)
+    seq_prefix_token_logprob: np.ndarray | None = None
+    # float32 [N, T]: the pretrained base model's log p(x_{t+1} | x_<=t) (lm-base-reference)
+    seq_base_token_logprob: np.ndarray | None = None
+    seq_token_ids: np.ndarray | None = None  # int64 [N, T]: id of x_{t+1}; -1 at padding
+    seq_vocab_size: np.ndarray | None = None  # int64 []: the models' vocabulary size (DC-PDD)
 
     def __post_init__(self) -> None:
         self._logits_derived = False
@@ -354,7 +368,11 @@ def _prepare_sequences(bank: SignalBank) -> None:
             )
         setattr(bank, key, value)
     has_seq = [k for k in (*SEQUENCE_KEYS, "seq_lengths") if getattr(bank, k) is not None]
+    extras = [k for k in SEQUENCE_EXTRA_KEYS if getattr(bank, k) is not None]
     if not has_seq:
+        if extras:
+            raise BankError(f"the bank has {extras} but no sequence signals "
+                            "(seq_token_logprob [M,N,T] and seq_lengths [N]).")
         return
     if bank.seq_token_logprob is None or bank.seq_lengths is None:
         raise BankError(
@@ -408,6 +426,46 @@ def _prepare_sequences(bank: SignalBank) -> None:
         raise BankError(
             "seq_mean_logprob and seq_std_logprob come together (Min-K%++ needs both)."
         )
+    _prepare_sequence_extras(bank, valid)
+
+
+def _prepare_sequence_extras(bank: SignalBank, valid: np.ndarray) -> None:
+    """Convert and validate the optional arrays of the calibrated LM attacks."""
+    m, n, width = bank.seq_token_logprob.shape
+    for key, shape in ((PREFIX_KEY, (m, n, width)), (BASE_KEY, (n, width))):
+        value = getattr(bank, key)
+        if value is None:
+            continue
+        value = np.asarray(value)
+        if value.shape != shape:
+            raise BankError(f"{key} must have shape {shape}; got {value.shape}.")
+        value = value.astype(np.float32, copy=False)
+        inside = value[..., valid]
+        if not np.isfinite(inside).all():
+            raise BankError(f"{int((~np.isfinite(inside)).sum())} valid positions of {key} "
+                            "are NaN or infinite; re-export the sequence signals.")
+        if (inside > 1e-4).any():
+            raise BankError(f"{key} holds positive log-probabilities at valid positions; it "
+                            "must be log p (<= 0).")
+        setattr(bank, key, value)
+    ids, vocab = bank.seq_token_ids, bank.seq_vocab_size
+    if (ids is None) != (vocab is None):
+        raise BankError("seq_token_ids and seq_vocab_size come together (DC-PDD needs both).")
+    if ids is None:
+        return
+    vocab = np.asarray(vocab)
+    if vocab.shape != () or not np.issubdtype(vocab.dtype, np.integer) or int(vocab) < 1:
+        raise BankError(f"seq_vocab_size must be one positive integer; got {vocab!r}.")
+    ids = np.asarray(ids)
+    if ids.shape != (n, width) or not np.issubdtype(ids.dtype, np.integer):
+        raise BankError(f"seq_token_ids must be integers of shape {(n, width)}; got "
+                        f"{ids.dtype} {ids.shape}.")
+    inside = ids[valid]
+    if inside.size and (inside.min() < 0 or inside.max() >= int(vocab)):
+        raise BankError(f"seq_token_ids holds ids outside 0..{int(vocab) - 1} (the "
+                        "vocabulary) at valid positions.")
+    bank.seq_token_ids = np.where(valid, ids, -1).astype(np.int64)
+    bank.seq_vocab_size = vocab.astype(np.int64)
 
 
 def _integers(key: str, value: object, n: int) -> np.ndarray:

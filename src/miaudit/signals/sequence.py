@@ -10,6 +10,10 @@ t = 0..T-2 (position t predicts token t+1):
 
 Each is float32 `[B, T-1]`; sample b has `lengths[b] - 1` scored positions (the first token has
 no prediction), the bank's `seq_lengths`. Positions past that are padding, filled with 0.
+
+ReCaLL (Xie et al. 2024) conditions each text on a fixed non-member prefix P:
+`prefixed_token_logprob` gives `log p(x_{t+1} | P, x_<=t)` at the same positions, from the
+logits of one forward of `P + x`; `draw_prefix` draws P (seeded) from the public pool's texts.
 """
 
 from __future__ import annotations
@@ -51,6 +55,39 @@ def sequence_signals(
     zero = torch.zeros((), dtype=token.dtype, device=token.device)
     return (torch.where(valid, token, zero), torch.where(valid, mean, zero),
             torch.where(valid, std, zero))
+
+
+def prefixed_token_logprob(
+    logits: torch.Tensor, prefix_len: int, input_ids: torch.Tensor,
+    lengths: torch.Tensor | np.ndarray,
+) -> torch.Tensor:  # fmt: skip
+    """`log p(x_{t+1} | P, x_<=t)`, float32 [B, T-1], from `logits` [B, P+T, V] of one forward
+    of the prefix P (`prefix_len` tokens) followed by the texts `input_ids` [B, T] (right
+    padded, `lengths[b]` real tokens): the positions of `sequence_signals`, padding 0."""
+    batch, width = input_ids.shape
+    if logits.ndim != 3 or tuple(logits.shape[:2]) != (batch, prefix_len + width):
+        raise ValueError(f"logits must be [B, P+T, V] = [{batch}, {prefix_len + width}, V]; "
+                         f"got {tuple(logits.shape)}.")
+    lengths = torch.as_tensor(np.asarray(lengths), device=logits.device).long()
+    logp = torch.log_softmax(logits[:, prefix_len : prefix_len + width - 1].float(), dim=-1)
+    token = logp.gather(-1, input_ids[:, 1:].long().unsqueeze(-1)).squeeze(-1)
+    valid = torch.arange(width - 1, device=logits.device)[None, :] < (lengths - 1)[:, None]
+    return torch.where(valid, token, torch.zeros((), dtype=token.dtype, device=token.device))
+
+
+def draw_prefix(
+    features: np.ndarray, public_rows: np.ndarray, count: int, seed: int, pad_id: int,
+) -> np.ndarray:  # fmt: skip
+    """ReCaLL's fixed non-member prefix: `count` texts drawn without replacement (seeded) from
+    the dataset rows `public_rows` (the public pool: no model trained on them, never an audit
+    sample), their real tokens (`features` [n, L] right-padded with `pad_id`) concatenated in
+    the order drawn; int64 [P]."""
+    public_rows = np.asarray(public_rows)
+    if not 0 < count <= public_rows.size:
+        raise ValueError(f"the prefix needs 1..{public_rows.size} public texts; got {count}.")
+    picked = np.random.default_rng(seed).choice(public_rows, size=count, replace=False)
+    texts = np.asarray(features)[picked].round().astype(np.int64)
+    return np.concatenate([row[row != pad_id] for row in texts])
 
 
 def text_sizes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

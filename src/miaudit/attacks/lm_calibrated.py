@@ -1,0 +1,153 @@
+"""Calibrated membership attacks on causal language models (docs/algorithms.md §15).
+
+Each reads, beyond the target's token log-probs `log p(x_{t+1})` at the scored positions
+t < L_n, one optional array of the sequence bank (signals/bank.py), declared in its
+:class:`LMNeeds`. Higher score = more likely a member.
+
+- `lm-base-reference` (Carlini et al. 2021's reference-model attack, the "ref" baseline of
+  ReCaLL): `mean_t [log p_target(x_t) - log p_base(x_t)]` (or the sum), the base model being
+  the pretrained model the target was fine-tuned from (`seq_base_token_logprob`).
+- `recall` (Xie et al. 2024, ReCaLL): `LL(x | P) / LL(x)`, the mean log-likelihood of the
+  text conditioned on a fixed non-member prefix P over the unconditioned one
+  (`seq_prefix_token_logprob`); members' likelihood drops more under P, so the ratio is larger.
+- `dc-pdd` (Zhang et al. 2024, DC-PDD): over the first occurrence of each distinct token of
+  the text, the mean of `min(p(x_i) * -log f(x_i), a)`, f the Laplace-smoothed frequency of the
+  token in the population rows' tokens (`seq_token_ids`, `seq_vocab_size`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from miaudit.attacks.params import Param
+from miaudit.attacks.registry import Needs, register_attack
+from miaudit.attacks.view import TargetView
+from miaudit.errors import AttackError
+from miaudit.signals.bank import valid_positions
+
+FAMILY = "language-model"
+
+
+@dataclass(frozen=True)
+class LMNeeds(Needs):
+    """:class:`Needs` plus the optional sequence arrays of the calibrated LM attacks."""
+
+    base_model: bool = False  # seq_base_token_logprob: the pretrained base model's log-probs
+    prefix_conditioned: bool = False  # seq_prefix_token_logprob (ReCaLL's prefix P)
+    token_ids: bool = False  # seq_token_ids and seq_vocab_size (DC-PDD's token frequencies)
+
+    def check(self, view: TargetView, attack: str) -> None:
+        problems = []
+        try:
+            super().check(view, attack)
+        except AttackError as exc:
+            problems.append(str(exc))
+        if self.base_model and view.seq_base_token_logprob is None:
+            problems.append(
+                f"attack '{attack}' needs the pretrained base model's token log-probabilities "
+                "(seq_base_token_logprob [N,T]), which the bank lacks: this bank has no base "
+                "model; signal the base model (lm_signals(..., base=module)) into the bank."
+            )
+        if self.prefix_conditioned and view.target_prefix_token_logprob() is None:
+            problems.append(
+                f"attack '{attack}' needs the models' token log-probabilities conditioned on a "
+                "fixed non-member prefix (seq_prefix_token_logprob [M,N,T]), which the bank "
+                "lacks; compute them with lm_signals(..., prefix_ids=draw_prefix(...))."
+            )
+        if self.token_ids and view.seq_token_ids is None:
+            problems.append(
+                f"attack '{attack}' needs the scored token ids and the vocabulary size "
+                "(seq_token_ids [N,T], seq_vocab_size), which the bank lacks; signal with "
+                "SignalSpec(token_ids=True)."
+            )
+        if problems:
+            raise AttackError(" ".join(problems))
+
+
+REDUCTION = Param("reduction", "mean", "str", "'mean': per token (the mean over the text's "
+                  "scored tokens); 'sum': the sum over them (the sequence log-likelihood "
+                  "ratio)", choices=("mean", "sum"))
+CLIP = Param("a", 0.01, "float", "the clip of each token's p(x_i) * -log f(x_i) (the "
+             "paper's a), so that a few tokens cannot dominate", low=0.0, low_open=True)
+
+
+def _masked_sum(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Sum of `values[n, :L_n]`, float64 [N]; padding is never read."""
+    valid = valid_positions(lengths, values.shape[1])
+    return np.where(valid, values.astype(np.float64), 0.0).sum(axis=1)
+
+
+@register_attack(
+    "lm-base-reference",
+    family=FAMILY,
+    needs=LMNeeds(sequence=True, base_model=True),
+    description="reference = the pretrained base model: mean log p_target - log p_base",
+    params=(REDUCTION,),
+)
+def lm_base_reference(view: TargetView, reduction: str) -> np.ndarray:
+    lengths = view.seq_lengths
+    total = _masked_sum(view.target_token_logprob(), lengths) - _masked_sum(
+        view.seq_base_token_logprob, lengths)
+    return total / lengths if reduction == "mean" else total
+
+
+@register_attack(
+    "recall",
+    family=FAMILY,
+    needs=LMNeeds(sequence=True, prefix_conditioned=True),
+    description="Xie et al. 2024 (ReCaLL): LL(x | non-member prefix) / LL(x)",
+)
+def recall(view: TargetView) -> np.ndarray:
+    lengths = view.seq_lengths
+    conditioned = _masked_sum(view.target_prefix_token_logprob(), lengths) / lengths
+    plain = view.target_seq_loglik()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # LL(x) = 0 (every token certain) leaves the ratio undefined: NaN, ranked lowest
+        return np.where(plain < 0, conditioned / np.where(plain < 0, plain, -1.0), np.nan)
+
+
+def population_token_frequencies(view: TargetView) -> np.ndarray:
+    """Laplace-smoothed token frequencies f(v) = (c_v + 1) / (sum c + V), float64 [V], c_v
+    the count of token v among the scored tokens of the population rows (attacker-owned
+    texts no model trained on; never the audit samples)."""
+
+    def compute() -> np.ndarray:
+        rows = view.population & ~view.audit if view.audit is not None else view.population
+        ids = view.seq_token_ids[rows]
+        ids = ids[ids >= 0]
+        counts = np.bincount(ids, minlength=view.seq_vocab_size).astype(np.float64)
+        return (counts + 1.0) / (counts.sum() + view.seq_vocab_size)
+
+    return view.memo("dc-pdd-frequencies", compute)
+
+
+def first_occurrences(ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """bool [N, T]: position t holds the first occurrence of its token among x[n, :L_n]."""
+    n, width = ids.shape
+    valid = valid_positions(lengths, width)
+    rows, cols = np.nonzero(valid)  # row-major: positions in order within each row
+    keys = rows.astype(np.int64) * (int(ids.max(initial=0)) + 1) + ids[rows, cols]
+    _, first = np.unique(keys, return_index=True)
+    mask = np.zeros((n, width), dtype=bool)
+    mask[rows[first], cols[first]] = True
+    return mask
+
+
+@register_attack(
+    "dc-pdd",
+    family=FAMILY,
+    needs=LMNeeds(sequence=True, token_ids=True, population=True),
+    description="Zhang et al. 2024 (DC-PDD): mean over first occurrences of "
+                "min(p(x_i) * -log f(x_i), a), f the population's token frequencies",
+    params=(CLIP,),
+)
+def dc_pdd(view: TargetView, a: float) -> np.ndarray:
+    ids, lengths = view.seq_token_ids, view.seq_lengths
+    freq = population_token_frequencies(view)
+    first = first_occurrences(ids, lengths)
+    with np.errstate(all="ignore"):  # padding may hold anything; it is masked below
+        p = np.exp(view.target_token_logprob().astype(np.float64))
+    alpha = np.minimum(p * -np.log(freq[np.where(first, ids, 0)]), a)
+    return np.where(first, alpha, 0.0).sum(axis=1) / first.sum(axis=1)
