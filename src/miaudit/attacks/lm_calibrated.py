@@ -2,7 +2,7 @@
 
 Each reads, beyond the target's token log-probs `log p(x_{t+1})` at the scored positions
 t < L_n, one optional array of the sequence bank (signals/bank.py), declared in its
-:class:`LMNeeds`. Higher score = more likely a member.
+:class:`~miaudit.attacks.registry.Needs`. Higher score = more likely a member.
 
 - `lm-base-reference` (Carlini et al. 2021's reference-model attack, the "ref" baseline of
   ReCaLL): `mean_t [log p_target(x_t) - log p_base(x_t)]` (or the sum), the base model being
@@ -17,53 +17,14 @@ t < L_n, one optional array of the sequence bank (signals/bank.py), declared in 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from miaudit.attacks.params import Param
 from miaudit.attacks.registry import Needs, register_attack
 from miaudit.attacks.view import TargetView
-from miaudit.errors import AttackError
 from miaudit.signals.bank import valid_positions
 
 FAMILY = "language-model"
-
-
-@dataclass(frozen=True)
-class LMNeeds(Needs):
-    """:class:`Needs` plus the optional sequence arrays of the calibrated LM attacks."""
-
-    base_model: bool = False  # seq_base_token_logprob: the pretrained base model's log-probs
-    prefix_conditioned: bool = False  # seq_prefix_token_logprob (ReCaLL's prefix P)
-    token_ids: bool = False  # seq_token_ids and seq_vocab_size (DC-PDD's token frequencies)
-
-    def check(self, view: TargetView, attack: str) -> None:
-        problems = []
-        try:
-            super().check(view, attack)
-        except AttackError as exc:
-            problems.append(str(exc))
-        if self.base_model and view.seq_base_token_logprob is None:
-            problems.append(
-                f"attack '{attack}' needs the pretrained base model's token log-probabilities "
-                "(seq_base_token_logprob [N,T]), which the bank lacks: this bank has no base "
-                "model; signal the base model (lm_signals(..., base=module)) into the bank."
-            )
-        if self.prefix_conditioned and view.target_prefix_token_logprob() is None:
-            problems.append(
-                f"attack '{attack}' needs the models' token log-probabilities conditioned on a "
-                "fixed non-member prefix (seq_prefix_token_logprob [M,N,T]), which the bank "
-                "lacks; compute them with lm_signals(..., prefix_ids=draw_prefix(...))."
-            )
-        if self.token_ids and view.seq_token_ids is None:
-            problems.append(
-                f"attack '{attack}' needs the scored token ids and the vocabulary size "
-                "(seq_token_ids [N,T], seq_vocab_size), which the bank lacks; signal with "
-                "SignalSpec(token_ids=True)."
-            )
-        if problems:
-            raise AttackError(" ".join(problems))
 
 
 REDUCTION = Param("reduction", "mean", "str", "'mean': per token (the mean over the text's "
@@ -82,7 +43,7 @@ def _masked_sum(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 @register_attack(
     "lm-base-reference",
     family=FAMILY,
-    needs=LMNeeds(sequence=True, base_model=True),
+    needs=Needs(sequence=True, base_model=True),
     description="reference = the pretrained base model: mean log p_target - log p_base",
     params=(REDUCTION,),
 )
@@ -96,7 +57,7 @@ def lm_base_reference(view: TargetView, reduction: str) -> np.ndarray:
 @register_attack(
     "recall",
     family=FAMILY,
-    needs=LMNeeds(sequence=True, prefix_conditioned=True),
+    needs=Needs(sequence=True, prefix_conditioned=True),
     description="Xie et al. 2024 (ReCaLL): LL(x | non-member prefix) / LL(x)",
 )
 def recall(view: TargetView) -> np.ndarray:
@@ -138,7 +99,7 @@ def first_occurrences(ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 @register_attack(
     "dc-pdd",
     family=FAMILY,
-    needs=LMNeeds(sequence=True, token_ids=True, population=True),
+    needs=Needs(sequence=True, token_ids=True, population=True),
     description="Zhang et al. 2024 (DC-PDD): mean over first occurrences of "
                 "min(p(x_i) * -log f(x_i), a), f the population's token frequencies",
     params=(CLIP,),

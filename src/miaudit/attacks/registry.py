@@ -47,6 +47,10 @@ class Needs:
     # at least this many queries per sample beyond the plain one (query 0): on a one-query
     # bank an augmentation attack only repeats a plain-query one
     augmented_queries: int = 0
+    # the calibrated LM attacks' optional sequence arrays
+    base_model: bool = False  # seq_base_token_logprob: the pretrained base model's log-probs
+    prefix_conditioned: bool = False  # seq_prefix_token_logprob (ReCaLL's prefix P)
+    token_ids: bool = False  # seq_token_ids and seq_vocab_size (DC-PDD's token frequencies)
 
     def check(self, view: TargetView, attack: str) -> None:
         problems = []
@@ -98,6 +102,24 @@ class Needs:
             )
         if self.augmented_queries and view.n_queries - 1 < self.augmented_queries:
             problems.append(augmented_queries_problem(self.augmented_queries, view.n_queries))
+        if self.base_model and view.seq_base_token_logprob is None:
+            problems.append(
+                f"attack '{attack}' needs the pretrained base model's token log-probabilities "
+                "(seq_base_token_logprob [N,T]), which the bank lacks: this bank has no base "
+                "model; signal the base model (lm_signals(..., base=module)) into the bank."
+            )
+        if self.prefix_conditioned and view.target_prefix_token_logprob() is None:
+            problems.append(
+                f"attack '{attack}' needs the models' token log-probabilities conditioned on a "
+                "fixed non-member prefix (seq_prefix_token_logprob [M,N,T]), which the bank "
+                "lacks; compute them with lm_signals(..., prefix_ids=draw_prefix(...))."
+            )
+        if self.token_ids and view.seq_token_ids is None:
+            problems.append(
+                f"attack '{attack}' needs the scored token ids and the vocabulary size "
+                "(seq_token_ids [N,T], seq_vocab_size), which the bank lacks; signal with "
+                "SignalSpec(token_ids=True)."
+            )
         if problems:
             raise AttackError(f"attack '{attack}' cannot run: " + " ".join(problems))
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.attacks import get_attack
+from miaudit.attacks import get_attack, list_attacks
 from miaudit.errors import ConfigError, DataError
 from miaudit.external.audit_config import AuditConfig, audit_signals
 from miaudit.external.data import AuditData, other_preprocessing
@@ -201,9 +201,12 @@ def build_audit_bank(
     rows = np.arange(n_rows)
     target_model = (_target_logits(target, data, n_rows) if target.kind == "outputs"
                     else target.module)
+    wanted = [get_attack(a) for a in cfg.attacks] if cfg.attacks else list_attacks()
     spec = SignalSpec(queries=tuple(queries), grad_norm=grad_norm,
                       boundary_distance=cfg.signals.boundary_distance,
-                      batch_size=cfg.signals.batch_size, seed=cfg.seed)
+                      batch_size=cfg.signals.batch_size, seed=cfg.seed,
+                      # token ids (DC-PDD's frequencies) kept when an attack to run reads them
+                      token_ids=any(spec.needs.token_ids for spec in wanted))
     signals = query_signals([target_model, *refs.modules], data.features, data.labels, rows,
                             data.kind, spec, device, progress, white_box=target.white_box,
                             black_box_reason=_BLACK_BOX.get(target.kind, ""))  # fmt: skip
@@ -260,6 +263,15 @@ def skip_reasons(
                        "target is a classifier")
         if needs.text and not built.bank.has_text:
             why.append("needs the samples' texts (text data audited with model.hf_model)")
+        if needs.base_model and built.bank.seq_base_token_logprob is None:
+            why.append("needs the pretrained base model's token log-probabilities; this "
+                       "audit queried no base model")
+        if needs.prefix_conditioned and built.bank.seq_prefix_token_logprob is None:
+            why.append("needs the model's log-probabilities conditioned on a non-member "
+                       "prefix (ReCaLL); this audit did not compute them")
+        if needs.token_ids and built.bank.seq_token_ids is None:
+            why.append("needs the scored token ids (token frequencies); this audit did not "
+                       "keep them")
         if needs.in_references:
             why.append("needs reference models trained on the audit samples (the online "
                        "design); references of a given model train on public data only, so "

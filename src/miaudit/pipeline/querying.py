@@ -138,7 +138,9 @@ def signal_spec(cfg: RunConfig, queries: list[str]) -> SignalSpec:
                       grad_norm=resolve_grad_norm(cfg.signals.grad_norm, cfg.attacks),
                       boundary_distance=cfg.signals.boundary_distance,
                       defence=cfg.signals.defence, batch_size=cfg.signals.batch_size,
-                      seed=cfg.seed)
+                      seed=cfg.seed,
+                      # token ids (DC-PDD's frequencies) kept when an attack to run reads them
+                      token_ids=any(get_attack(a).needs.token_ids for a in cfg.attacks))
 
 
 def query_bank(
