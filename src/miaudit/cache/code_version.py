@@ -63,6 +63,8 @@ TRAINER_CODE: dict[str, str] = {
     "miaudit.models.text": "text classifiers and causal LMs (MiniLM, text-cnn, gpt-small)",
     "miaudit.models.hf": "Hugging Face folder models (from a base, or a config from scratch)",
     "miaudit.models.user": "the user's own module class, imported and instantiated",
+    "miaudit.models.pretrained": "base models by name or GGUF: the de-quantised starting "
+                                 "weights a fine-tuned model begins from",
 }
 # The modules of miaudit.train and miaudit.models, and those the listed modules import, that
 # are left out, with why (tests/train/test_cache_versions.py checks that every such module is
@@ -79,6 +81,7 @@ NOT_TRAINER_CODE: dict[str, str] = {
     "miaudit.runtime.threads": "sets a thread count; the counts are chosen in trainer and parallel",
     "miaudit.runtime.progress": "progress bars",
     "miaudit.errors": "exception types",
+    "miaudit.io": "atomic writes and the umask: where and how files are written, not what",
     "miaudit.registry": "name lookup: which builder a name means, not what it builds",
     "miaudit.data.dataset": "the Dataset container: the data is in the key (its fingerprint, "
                          "which covers tokenization and preprocessing: they make the features)",
