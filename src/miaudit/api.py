@@ -390,6 +390,7 @@ def audit(
     allow_fewer_reference_rows: bool = False,
     max_length: int | None = None,
     reference_base: str | os.PathLike[str] | None = None,
+    base_model: str | os.PathLike[str] | None = None,
     augment: str | Sequence[str] | None = None,
     compute: Compute | Mapping[str, Any] | None = None,
     progress: bool = True,
@@ -406,7 +407,8 @@ def audit(
     ``model``: what the command line takes — an estimator file (``.joblib``/``.pkl``), an
     outputs file (``.npz``/``.csv``/``.parquet``), a Hugging Face ``save_pretrained`` folder
     (texts tokenized to ``max_length``; references fine-tuned from ``reference_base``, the
-    checkpoint it was fine-tuned from), ``"file.py:Class"`` / ``"pkg.mod:Class"``
+    checkpoint it was fine-tuned from; a causal LM's ``base_model``, the pretrained model it was
+    fine-tuned from, is lm-base-reference's reference), ``"file.py:Class"`` / ``"pkg.mod:Class"``
     with ``weights=`` (and ``model_kwargs=``), ``"file.py:function"`` /
     ``"pkg.mod:function"`` (a black box) — or an object: a fitted scikit-learn estimator
     (references are clones of it), a torch ``nn.Module`` (references are its class with
@@ -455,6 +457,7 @@ def audit(
         model_sec = _model_section(model, weights, model_kwargs, references, recipe)
         model_sec.update({"output_kind": output_kind, "max_length": max_length,
                           "public_outputs": _path(public_outputs),
+                          "base_model": _path(base_model),
                           "augment": split_names(augment)})
         given = options_mapping(  # what miaudit audit's flags of the same names set
             model_sec,

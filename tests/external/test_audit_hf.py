@@ -25,9 +25,9 @@ from miaudit.models.text import train_bpe
 
 transformers = pytest.importorskip("transformers")
 RECIPE = "{optimizer: adam, lr: 0.003, epochs: 2, batch_size: 16, schedule: constant}"
-# the calibrated LM attacks that need arrays an audit does not compute yet (a base model's
-# log-probs, prefix-conditioned log-probs): always skipped, with that reason; dc-pdd's token
-# ids are kept whenever it is to run
+# the calibrated LM attacks that need arrays an audit computes only when it can: a base
+# model's log-probs (--base-model), prefix-conditioned log-probs (public texts and room for
+# ReCaLL's prefix beside the texts); dc-pdd's token ids are kept whenever it is to run
 CALIBRATED = {"lm-base-reference", "recall"}
 LM_ATTACKS = {"lm-loss", "zlib", "min-k", "min-k-plus-plus", "blind", "lm-calibrated",
               "lm-lira-offline", "lm-lira-offline-fixed-variance", "lm-rmia", "lm-rapid",
@@ -85,6 +85,10 @@ def hf_user(tmp_path_factory, docstring_texts):
         tokenizer.save_pretrained(root / name)
         folders[name] = root / name
     _gpt(seed=1).save_pretrained(root / "lm-base")  # a "pretrained" checkpoint, untrained here
+    # the checkpoint `lm` was fine-tuned from (the same seed), with its tokenizer: a base model
+    _gpt(seed=0).save_pretrained(root / "lm-pretrained")
+    tokenizer.save_pretrained(root / "lm-pretrained")
+    folders["lm_pretrained"] = root / "lm-pretrained"
     return {"root": root, "csv": root / "texts.csv", **folders, "lm_base": root / "lm-base",
             "tokenizer": tokenizer, "labels": labels, "texts": texts,
             **{name: root / f"{name}.txt" for name in rows}, "rows": rows}
@@ -172,6 +176,9 @@ def test_api_audits_a_causal_lm_without_references(hf_user, tmp_path):
                for name, why in result.meta["skipped"].items() if name not in CALIBRATED)
     assert "queried no base model" in result.meta["skipped"]["lm-base-reference"]
     assert "prefix (ReCaLL)" in result.meta["skipped"]["recall"]
+    # its 32 tokens per text take all 32 positions: no room for ReCaLL's prefix
+    assert "leaving none for the prefix" in result.meta["skipped"]["recall"]
+    assert "base_model" not in result.meta
     assert result.outcome("lm-loss").metrics.auc > 0.8  # an overfit LM leaks its members
     with np.load(result.out / "bank.npz") as bank:
         assert bank["seq_token_logprob"].shape == (1, 128, 31)  # max_length - 1 positions
@@ -266,3 +273,61 @@ def test_command_line_refusals(hf_user, tmp_path, capsys):
     assert main(["audit", "--model", f"{nets}:Net", "--weights", str(tmp_path / "w.pt"),
                  *base]) == 2
     assert "are texts: audit a Hugging Face model folder" in capsys.readouterr().err
+
+
+def test_api_audits_a_causal_lm_against_its_base_model(hf_user, tmp_path):
+    """--base-model: lm-base-reference's reference is the pretrained base (no reference model
+    trained); ReCaLL's prefix is drawn from the public texts (max_length 24 leaves 8 of the
+    model's 32 positions for it)."""
+    result = miaudit.audit(
+        str(hf_user["lm"]), str(hf_user["csv"]), members=hf_user["members"],
+        nonmembers=hf_user["nonmembers"], public_rows=hf_user["public"], references=0,
+        base_model=hf_user["lm_pretrained"], max_length=24, out=tmp_path / "lm",
+        text_column="text", label_column="label", progress=False,
+        cache_dir=str(tmp_path / "cache"), attacks=["lm-loss", "lm-base-reference", "recall"],
+    )
+    assert {o.name for o in result.outcomes} == {"lm-loss", "lm-base-reference", "recall"}
+    assert not result.meta["skipped"]
+    for name in ("lm-base-reference", "recall"):
+        assert np.isfinite(result.outcome(name).scores).all(), name
+        assert len(result.outcome(name).scores) == 64
+    assert result.outcome("lm-base-reference").metrics.auc > 0.8  # members gained the most
+    assert result.meta["base_model"] == str(hf_user["lm_pretrained"])
+    assert result.meta["references_trained"] == 0
+    with np.load(result.out / "bank.npz") as bank:
+        assert bank["seq_base_token_logprob"].shape == (128, 23)
+        assert bank["seq_prefix_token_logprob"].shape == (1, 128, 23)
+    summary = json.loads((result.out / "summary.json").read_text())
+    assert summary["base_model"] == str(hf_user["lm_pretrained"])
+
+
+def test_a_base_model_with_another_vocabulary_is_refused(hf_user, tmp_path):
+    other = tmp_path / "other-base"
+    torch.manual_seed(0)
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=200, n_embd=16, n_layer=1, n_head=2, n_positions=32, bos_token_id=1,
+        eos_token_id=2, pad_token_id=0)).save_pretrained(other)
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=train_bpe(hf_user["texts"], vocab_size=200), pad_token="<pad>",
+        bos_token="<s>", eos_token="</s>").save_pretrained(other)
+    with pytest.raises(ConfigError, match=r"does not match the fine-tuned model: its tokenizer "
+                                          r"has \d+ tokens \(output layer 200\), the "
+                                          r"fine-tuned model's 300"):
+        miaudit.audit(str(hf_user["lm"]), str(hf_user["csv"]), members=hf_user["members"],
+                      nonmembers=hf_user["nonmembers"], public_rows=hf_user["public"],
+                      references=0, base_model=other, out=tmp_path / "run",
+                      text_column="text", label_column="label", progress=False,
+                      cache_dir=str(tmp_path / "cache"), attacks=["lm-base-reference"])
+
+
+def test_a_base_model_needs_a_causal_lm(hf_user, tmp_path, capsys):
+    flags = _flags(hf_user, "clf", tmp_path / "run", tmp_path / "cache", "--base-model",
+                   str(hf_user["lm_pretrained"]), "--references", "0")
+    assert main(flags) == 2
+    assert "model.base_model (--base-model) is the pretrained model a causal LM" in (
+        capsys.readouterr().err)
+    assert main(["audit", "--estimator", "m.joblib", "--data", str(hf_user["csv"]),
+                 "--members", str(hf_user["members"]), "--base-model", "smollm2-135m",
+                 "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    assert "model.base_model (the pretrained model a causal LM was fine-tuned from) needs " \
+           "model.hf_model" in capsys.readouterr().err

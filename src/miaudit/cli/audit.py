@@ -55,6 +55,7 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
              "estimator": args.estimator, "predict": args.predict, "outputs": args.outputs,
              "public_outputs": args.public_outputs, "output_kind": args.output_kind,
              "hf_model": args.hf_model, "max_length": args.max_length,
+             "base_model": args.base_model,
              "dp_epsilon": args.dp_epsilon, "dp_delta": args.dp_delta,
              "augment": split_names(args.augment)}
     mapping = options_mapping(
@@ -114,6 +115,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(config.json, weights, tokenizer.json): a sequence classifier or causal LM")
     g.add_argument("--max-length", type=int,
                    help="--hf-model: tokens per text (default: the model's positions, <= 512)")
+    g.add_argument("--base-model", metavar="NAME|DIR",
+                   help="--hf-model causal LM: the pretrained model it was fine-tuned from "
+                   "(a name such as smollm2-135m, a folder or a .gguf file), the reference of "
+                   "lm-base-reference")
     g.add_argument("--dp-epsilon", type=float,
                    help="the model's DP claim: ε (with --dp-delta); the audit's empirical ε "
                         "lower bounds are set beside it")

@@ -1,5 +1,14 @@
 """The audit's signal bank (the target is model 0, references after it) and the attacks it
-cannot support, each with the reason, read from the attacks' `Needs` declarations."""
+cannot support, each with the reason, read from the attacks' `Needs` declarations.
+
+A causal LM's bank also holds, when an attack to run reads them: the pretrained base model's
+token log-probabilities (``model.base_model``, lm-base-reference's reference; its tokenizer
+must match the model's) and ReCaLL's prefix-conditioned ones. ReCaLL's prefix is
+:data:`RECALL_PREFIX_TEXTS` public texts (never audit samples; no model is trained on them as
+a member of the target) drawn with the audit's seed and concatenated; prefix and text must fit
+the model's positions together, so the prefix keeps its last ``positions - max_length``
+tokens (the end that joins the text), and with no room left ReCaLL is skipped with why.
+"""
 
 from __future__ import annotations
 
@@ -13,15 +22,20 @@ from miaudit.attacks import get_attack, list_attacks
 from miaudit.errors import ConfigError, DataError
 from miaudit.external.audit_config import AuditConfig, audit_signals
 from miaudit.external.data import AuditData, other_preprocessing
-from miaudit.external.hf_folder import lm_fit
+from miaudit.external.hf_folder import lm_fit, load_base_reference, max_positions
 from miaudit.external.references import References
 from miaudit.external.sources import Target
 from miaudit.report.formatting import plural
 from miaudit.signals import SignalBank
 from miaudit.signals.assemble import SignalSpec, assemble_bank, query_signals
 from miaudit.signals.query import query_logits
+from miaudit.signals.sequence import draw_prefix
+from miaudit.train.model_cache import default_cache_dir
 
 log = logging.getLogger(__name__)
+
+# Public texts drawn (seeded by the audit's seed) and concatenated into ReCaLL's prefix.
+RECALL_PREFIX_TEXTS = 2
 
 _BLACK_BOX = {
     "sklearn": "the target is a scikit-learn estimator (predict_proba only)",
@@ -39,6 +53,7 @@ class AuditBank:
     seconds: dict[str, float] = field(default_factory=dict)
     fit: dict[str, float] = field(default_factory=dict)  # accuracy/loss on own training rows
     mismatch: str | None = None  # why the model's inputs look unlike its training data
+    unavailable: dict[str, str] = field(default_factory=dict)  # "prefix" -> why not computed
 
 
 def _rows_from(outputs: tuple[np.ndarray | None, np.ndarray], rows: np.ndarray, n_data: int,
@@ -176,6 +191,28 @@ def check_inputs(
     ), None
 
 
+def recall_prefix(data: AuditData, n_rows: int, modules: list[Any], seed: int
+                  ) -> tuple[np.ndarray | None, str | None]:  # fmt: skip
+    """ReCaLL's prefix (feature ids [P]) drawn from the bank's public rows, cut to the room the
+    models' positions leave beside the texts, or None and why there is none."""
+    public = np.arange(data.n_audit, n_rows)
+    if public.size < RECALL_PREFIX_TEXTS:
+        return None, (f"its prefix is drawn from {RECALL_PREFIX_TEXTS} public texts; this audit "
+                      "has no public data (give --public or --public-rows)")
+    pad = int(getattr(modules[0], "pad_id", 0))
+    prefix = draw_prefix(data.features, public, RECALL_PREFIX_TEXTS, seed, pad)
+    limits = [p for p in map(max_positions, modules) if p is not None]
+    if limits:
+        width = int(np.asarray(data.features).shape[1])
+        room = min(limits) - width
+        if room < 1:
+            return None, (f"the texts (model.max_length {width} tokens) take all "
+                          f"{min(limits)} positions of the model, leaving none for the prefix: "
+                          "lower model.max_length (--max-length)")
+        prefix = prefix[-room:]
+    return prefix, None
+
+
 def build_audit_bank(
     cfg: AuditConfig, target: Target, refs: References, data: AuditData, device: str,
     progress: bool = True,
@@ -207,9 +244,20 @@ def build_audit_bank(
                       batch_size=cfg.signals.batch_size, seed=cfg.seed,
                       # token ids (DC-PDD's frequencies) kept when an attack to run reads them
                       token_ids=any(spec.needs.token_ids for spec in wanted))
+    base = prefix = None
+    unavailable: dict[str, str] = {}
+    if target.causal_lm and cfg.model.base_model and any(s.needs.base_model for s in wanted):
+        cache = cfg.cache_dir if cfg.cache_dir else default_cache_dir()
+        base = load_base_reference(cfg, target, None if data.texts is None else
+                                   data.texts[: data.n_audit], cache, device)  # fmt: skip
+    if target.causal_lm and any(s.needs.prefix_conditioned for s in wanted):
+        prefix, why = recall_prefix(data, n_rows, [target.module, *refs.modules], cfg.seed)
+        if why:
+            unavailable["prefix"] = why
     signals = query_signals([target_model, *refs.modules], data.features, data.labels, rows,
                             data.kind, spec, device, progress, white_box=target.white_box,
-                            black_box_reason=_BLACK_BOX.get(target.kind, ""))  # fmt: skip
+                            black_box_reason=_BLACK_BOX.get(target.kind, ""), base=base,
+                            prefix_ids=prefix)  # fmt: skip
     logits, seconds, missing = signals.logits, signals.seconds, signals.missing
     if target.kind != "outputs" and logits is not None:  # (a causal LM answers no logits)
         probe = logits[0, : data.n_audit, 0].astype(np.float64)
@@ -234,7 +282,8 @@ def build_audit_bank(
     else:
         fit, mismatch, note = check_inputs(cfg, target, refs, data, bank, device)
     notes += [n for n in (mismatch, note) if n]
-    return AuditBank(bank, missing, population_reason, notes, seconds, fit, mismatch)
+    return AuditBank(bank, missing, population_reason, notes, seconds, fit, mismatch,
+                     unavailable)
 
 
 def skip_reasons(
@@ -265,10 +314,12 @@ def skip_reasons(
             why.append("needs the samples' texts (text data audited with model.hf_model)")
         if needs.base_model and built.bank.seq_base_token_logprob is None:
             why.append("needs the pretrained base model's token log-probabilities; this "
-                       "audit queried no base model")
+                       "audit queried no base model (give the model it was fine-tuned from "
+                       "as --base-model, model.base_model)")
         if needs.prefix_conditioned and built.bank.seq_prefix_token_logprob is None:
             why.append("needs the model's log-probabilities conditioned on a non-member "
-                       "prefix (ReCaLL); this audit did not compute them")
+                       "prefix (ReCaLL); " + built.unavailable.get(
+                           "prefix", "this audit did not compute them"))
         if needs.token_ids and built.bank.seq_token_ids is None:
             why.append("needs the scored token ids (token frequencies); this audit did not "
                        "keep them")

@@ -60,6 +60,10 @@ class ModelSection:
     # classifier or a causal LM, audited on text data (miaudit.external.hf_folder).
     hf_model: str | None = None
     max_length: int | None = None  # tokens per text; default min(model positions, 512)
+    # hf_model causal LMs only: the pretrained model it was fine-tuned from (a base-model name
+    # such as smollm2-135m, a save_pretrained folder or a .gguf file): lm-base-reference's
+    # reference, queried on the texts (no reference model trained for it)
+    base_model: str | None = None
     # The model's differential-privacy claim (e.g. its DP-SGD accountant's ε at δ): the audit
     # sets each attack's empirical ε lower bound beside it and says whether one refutes it.
     dp_epsilon: float | None = None
@@ -238,6 +242,12 @@ def _check(cfg: AuditConfig) -> None:
          f"model.max_length must be an integer >= 2 (tokens per text); got {m.max_length!r}.")
     need(m.max_length is None or bool(m.hf_model),
          "model.max_length applies to a Hugging Face model folder (model.hf_model).")
+    need(m.base_model is None or (isinstance(m.base_model, str) and bool(m.base_model)),
+         f"model.base_model must be a base-model name, a folder or a .gguf path; got "
+         f"{m.base_model!r}.")
+    need(not m.base_model or bool(m.hf_model),
+         "model.base_model (the pretrained model a causal LM was fine-tuned from) needs "
+         "model.hf_model, a causal LM folder.")
     need(not cfg.references.base or bool(m.hf_model),
          "references.base (the checkpoint a Hugging Face model was fine-tuned from) needs "
          "model.hf_model.")
@@ -381,6 +391,7 @@ _FILES = {"model": ("weights", "estimator", "outputs", "public_outputs", "hf_mod
           None: ("data_dir", "cache_dir", "output")}
 _SPECS = {"model": ("module", "predict")}
 _DATA = {"data": ("dataset",), "public": ("dataset",)}
+_BASE = {"model": ("base_model",)}  # a registered base-model name stays a name
 
 
 def _absolute(value: str, base: Path) -> str:
@@ -400,6 +411,12 @@ def _absolute_data(value: str, base: Path) -> str:
     return value  # neither: loading says what is wrong
 
 
+def _absolute_base(value: str, base: Path) -> str:
+    from miaudit.models.pretrained import list_base_models
+
+    return value if value in list_base_models() else _absolute(value, base)
+
+
 def _absolute_spec(value: str, base: Path) -> str:
     where, colon, name = value.rpartition(":")
     if colon and where.endswith(".py"):
@@ -413,7 +430,8 @@ def absolute_paths(data: dict[str, Any], base: str | os.PathLike) -> dict[str, A
     registry dataset names and module names are left as they are."""
     base = Path(base)
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    for fields, make in ((_FILES, _absolute), (_SPECS, _absolute_spec), (_DATA, _absolute_data)):
+    for fields, make in ((_FILES, _absolute), (_SPECS, _absolute_spec), (_DATA, _absolute_data),
+                        (_BASE, _absolute_base)):
         for section, keys in fields.items():
             where = out if section is None else out.get(section)
             if not isinstance(where, dict):

@@ -37,6 +37,7 @@ from miaudit.external.sources import Target
 from miaudit.models.hf import (
     CAUSAL_LM,
     HFFolder,
+    HFModule,
     folder_digest,
     inspect_folder,
     load_folder_model,
@@ -155,8 +156,19 @@ def encode_texts(
 
 def hf_task(cfg: AuditConfig) -> str | None:
     """The task of ``model.hf_model`` (None without one); the folder is checked here, before
-    any other work."""
-    return inspect_folder(cfg.model.hf_model).task if cfg.model.hf_model else None
+    any other work, and so is ``model.base_model`` (a causal LM's only; a name, folder or
+    .gguf file that exists)."""
+    task = inspect_folder(cfg.model.hf_model).task if cfg.model.hf_model else None
+    if cfg.model.base_model:
+        if task != CAUSAL_LM:
+            raise ConfigError(
+                "model.base_model (--base-model) is the pretrained model a causal LM was "
+                f"fine-tuned from; the model in {cfg.model.hf_model} is a {task}: leave it out."
+            )
+        from miaudit.models.pretrained import resolve_base_model
+
+        resolve_base_model(cfg.model.base_model)
+    return task
 
 
 def default_attacks(task: str | None) -> list[str]:
@@ -233,6 +245,54 @@ def load_hf_target(cfg: AuditConfig, data: AuditData) -> tuple[Target, AuditData
                     notes=notes, hf=hf)
     return target, dataclasses.replace(data, features=features, data=tokens, public=public,
                                        texts=data.features)
+
+
+# Texts of the audit on which the base model's tokenizer must give the model's own ids.
+_TOKENIZER_PROBES = 8
+
+
+def load_base_reference(cfg: AuditConfig, target: Target, texts: Sequence[str] | None,
+                        cache_dir: str | Path | None, device: str) -> HFModule:
+    """``model.base_model`` as a causal LM module over the target's feature ids (the target's
+    padding swap), on ``device``; a ConfigError when its tokenizer does not match the fine-tuned
+    model's: another vocabulary size, or other ids for the first audit texts."""
+    from miaudit.models.hf import HFCausalLM
+    from miaudit.models.pretrained import load_base_model
+
+    hf = target.hf
+    model, tokenizer = load_base_model(cfg.model.base_model, cache_dir=cache_dir, device=device)
+    ours = hf.tokenizer.get_vocab_size(with_added_tokens=True)
+    theirs = len(tokenizer)
+    table = int(model.get_output_embeddings().weight.shape[0])
+    why = None
+    if theirs != ours or table < ours:
+        why = (f"its tokenizer has {theirs:,} tokens (output layer {table:,}), the fine-tuned "
+               f"model's {ours:,}")
+    else:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        for text in list(texts if texts is not None else [])[:_TOKENIZER_PROBES]:
+            mine = hf.tokenizer.encode(str(text)).ids
+            other = (backend.encode(str(text)).ids if backend is not None else
+                     tokenizer(str(text))["input_ids"])
+            if list(other) != list(mine):
+                why = f"its tokenizer gives other token ids for the audit text {str(text)[:40]!r}"
+                break
+    if why is not None:
+        raise ConfigError(
+            f"the base model {cfg.model.base_model} does not match the fine-tuned model: {why}. "
+            "Give the pretrained model the fine-tuned one was trained from (same tokenizer)."
+        )
+    return HFCausalLM(model, hf.pad).eval()
+
+
+def max_positions(module: Any) -> int | None:
+    """The positions a Hugging Face causal LM module takes (its config), None if unstated."""
+    config = getattr(getattr(module, "model", None), "config", None)
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    return None
 
 
 def hf_recipe(cfg: AuditConfig, target: Target) -> tuple[Recipe | None, str | None]:

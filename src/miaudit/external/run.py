@@ -215,6 +215,8 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
     result.meta["verdict"] = verdict
     result.meta.update(_meta(cfg, data, target, refs, time.perf_counter() - start, device))
     result.meta.update(bank_summary(built))
+    if cfg.model.base_model:  # lm-base-reference's reference: the pretrained base, not trained
+        result.meta["base_model"] = cfg.model.base_model
     result.meta["warnings"] = [*data.notes, *target.notes, *refs.notes, *built.notes]
     text = verdict_text(verdict)
     write_text(out / "verdict.txt", text)
