@@ -121,7 +121,7 @@ def test_a_causal_lm_recipe_needs_texts_and_lm_references():
 
 def test_a_bpe_tokenizer_is_trained_on_the_public_pool_only(tmp_path, docstring_texts,
                                                              monkeypatch):
-    from miaudit.models import text as T
+    from miaudit.models import run_tokenizer as T
 
     table = pd.DataFrame({"text": docstring_texts[0], "label": 0})
     path = tmp_path / "texts.csv"
@@ -162,7 +162,7 @@ def test_a_bpe_tokenizer_is_trained_on_the_public_pool_only(tmp_path, docstring_
 
 def test_the_tokenizer_and_its_vocabulary_are_checked():
     base = {"name": "x", "dataset": {"name": "digits"}}
-    with pytest.raises(ConfigError, match="wordpiece, bpe"):
+    with pytest.raises(ConfigError, match="auto, wordpiece, bpe, base"):
         config_from_dict({**base, "dataset": {"name": "digits", "tokenizer": "sentencepiece"}})
     with pytest.raises(ConfigError, match="bpe_vocab_size"):
         config_from_dict({**base, "dataset": {"name": "digits", "bpe_vocab_size": 10}})

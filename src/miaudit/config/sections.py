@@ -24,9 +24,10 @@ class DatasetConfig:
     name: str = "digits"
     options: dict[str, Any] = field(default_factory=dict)
     max_length: int = 64  # text datasets: tokens per text, longer ones cut
-    # text datasets: MiniLM's WordPiece (fixed, 30,522 ids) or a byte-level BPE of
-    # bpe_vocab_size ids trained on the public pool's texts only (never on audit rows)
-    tokenizer: str = "wordpiece"
+    # text datasets: MiniLM's WordPiece (fixed, 30,522 ids), a byte-level BPE of
+    # bpe_vocab_size ids trained on the public pool's texts only (never on audit rows), or the
+    # base model's own (hf-causal-lm); auto: base for hf-causal-lm, else wordpiece
+    tokenizer: str = "auto"
     bpe_vocab_size: int = 4096
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from miaudit.errors import DataError
 
 # "tokens": a text dataset tokenized for a model (token ids as exact float32 [N, L]; see
-# miaudit.models.text.tokenized_dataset)
+# miaudit.models.run_tokenizer.tokenized_dataset)
 KINDS = ("image", "tabular", "text", "tokens")
 
 

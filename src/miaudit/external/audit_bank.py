@@ -22,20 +22,20 @@ from miaudit.attacks import get_attack, list_attacks
 from miaudit.errors import ConfigError, DataError
 from miaudit.external.audit_config import AuditConfig, audit_signals
 from miaudit.external.data import AuditData, other_preprocessing
-from miaudit.external.hf_folder import lm_fit, load_base_reference, max_positions
+from miaudit.external.hf_folder import lm_fit, load_base_reference
 from miaudit.external.references import References
 from miaudit.external.sources import Target
+from miaudit.models.hf import max_positions
 from miaudit.report.formatting import plural
 from miaudit.signals import SignalBank
 from miaudit.signals.assemble import SignalSpec, assemble_bank, query_signals
 from miaudit.signals.query import query_logits
-from miaudit.signals.sequence import draw_prefix
+from miaudit.signals.sequence import RECALL_PREFIX_TEXTS, fitted_prefix
 from miaudit.train.model_cache import default_cache_dir
 
 log = logging.getLogger(__name__)
 
 # Public texts drawn (seeded by the audit's seed) and concatenated into ReCaLL's prefix.
-RECALL_PREFIX_TEXTS = 2
 
 _BLACK_BOX = {
     "sklearn": "the target is a scikit-learn estimator (predict_proba only)",
@@ -199,18 +199,9 @@ def recall_prefix(data: AuditData, n_rows: int, modules: list[Any], seed: int
     if public.size < RECALL_PREFIX_TEXTS:
         return None, (f"its prefix is drawn from {RECALL_PREFIX_TEXTS} public texts; this audit "
                       "has no public data (give --public or --public-rows)")
-    pad = int(getattr(modules[0], "pad_id", 0))
-    prefix = draw_prefix(data.features, public, RECALL_PREFIX_TEXTS, seed, pad)
     limits = [p for p in map(max_positions, modules) if p is not None]
-    if limits:
-        width = int(np.asarray(data.features).shape[1])
-        room = min(limits) - width
-        if room < 1:
-            return None, (f"the texts (model.max_length {width} tokens) take all "
-                          f"{min(limits)} positions of the model, leaving none for the prefix: "
-                          "lower model.max_length (--max-length)")
-        prefix = prefix[-room:]
-    return prefix, None
+    return fitted_prefix(data.features, public, int(getattr(modules[0], "pad_id", 0)), seed,
+                         min(limits) if limits else None, "model.max_length (--max-length)")
 
 
 def build_audit_bank(

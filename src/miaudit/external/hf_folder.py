@@ -30,7 +30,7 @@ import numpy as np
 
 from miaudit.attacks import list_attacks
 from miaudit.data import Dataset
-from miaudit.errors import ConfigError, DataError
+from miaudit.errors import ConfigError
 from miaudit.external.audit_config import AuditConfig
 from miaudit.external.data import AuditData, bank_features
 from miaudit.external.sources import Target
@@ -38,12 +38,11 @@ from miaudit.models.hf import (
     CAUSAL_LM,
     HFFolder,
     HFModule,
+    encode_texts,
     folder_digest,
     inspect_folder,
     load_folder_model,
-    swap_pad,
 )
-from miaudit.models.text import TokenizedText, _check_texts
 from miaudit.signals import SignalBank
 from miaudit.train import Recipe
 
@@ -112,43 +111,6 @@ def load_tokenizer(folder: HFFolder) -> tuple[Any, int]:
             "pad with): set tokenizer.pad_token (e.g. to its eos token) and save it again."
         )
     return tok, pad
-
-
-def encode_texts(
-    texts: Sequence[str] | np.ndarray, tokenizer: Any, max_length: int, pad: int
-) -> tuple[TokenizedText, np.ndarray]:
-    """Token ids of ``texts`` as features (``pad`` swapped with 0, right-padded with 0), and
-    which texts were cut (bool [N]).
-
-    The tokenizer truncates to ``max_length`` itself, as transformers does (its special
-    tokens, e.g. [CLS] ... [SEP], kept); texts cut are counted. A ``pad`` id inside a text
-    (a tokenizer padding with its end-of-text token that also ends texts) would read as
-    padding: a DataError.
-    """
-    items = _check_texts(texts)
-    tok = tokenizer.__class__.from_str(tokenizer.to_str())  # our truncation, the caller's intact
-    tok.no_padding()
-    tok.enable_truncation(int(max_length))
-    ids = np.full((len(items), int(max_length)), pad, dtype=np.int64)
-    lengths = np.zeros(len(items), dtype=np.int64)
-    cut = np.zeros(len(items), dtype=bool)
-    inner = 0
-    for i, enc in enumerate(tok.encode_batch(items) if items else []):
-        row = enc.ids
-        cut[i] = bool(enc.overflowing)
-        inner += pad in row
-        ids[i, : len(row)] = row
-        lengths[i] = len(row)
-    if inner:
-        raise DataError(
-            f"the padding token id {pad} occurs inside {inner} of {len(items)} texts once "
-            "tokenized, so padding could not be told from text: give the tokenizer a padding "
-            "token of its own (tokenizer.add_special_tokens({'pad_token': '<pad>'}) and "
-            "model.resize_token_embeddings) or save it with the pad token it was trained with."
-        )
-    return TokenizedText(swap_pad(ids, pad), lengths, int(cut.sum()), int(max_length), 0,
-                         tok.get_vocab_size(with_added_tokens=True)), cut
-
 
 
 # --- the target -------------------------------------------------------------------------------
@@ -283,16 +245,6 @@ def load_base_reference(cfg: AuditConfig, target: Target, texts: Sequence[str] |
             "Give the pretrained model the fine-tuned one was trained from (same tokenizer)."
         )
     return HFCausalLM(model, hf.pad).eval()
-
-
-def max_positions(module: Any) -> int | None:
-    """The positions a Hugging Face causal LM module takes (its config), None if unstated."""
-    config = getattr(getattr(module, "model", None), "config", None)
-    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
-        value = getattr(config, key, None)
-        if isinstance(value, int):
-            return value
-    return None
 
 
 def hf_recipe(cfg: AuditConfig, target: Target) -> tuple[Recipe | None, str | None]:

@@ -3,6 +3,7 @@
 from miaudit.models import (  # noqa: F401  (modules register their factories)
     cnn,
     hf,
+    hf_lm,
     mlp,
     pretrained,
     resnet,

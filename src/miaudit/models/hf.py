@@ -26,7 +26,7 @@ import contextlib
 import functools
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,9 +35,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from miaudit.errors import ConfigError
+from miaudit.errors import ConfigError, DataError
 from miaudit.models.registry import register_model
-from miaudit.models.text import token_ids
+from miaudit.models.text import TokenizedText, _check_texts, token_ids
 
 CLASSIFIER, CAUSAL_LM = "sequence-classification", "causal-lm"
 TASKS = (CLASSIFIER, CAUSAL_LM)
@@ -178,6 +178,54 @@ def swap_pad(ids: Tensor | np.ndarray, pad: int) -> Tensor | np.ndarray:
     return where(ids == pad, 0, where(ids == 0, pad, ids))
 
 
+def encode_texts(
+    texts: Sequence[str] | np.ndarray, tokenizer: Any, max_length: int, pad: int
+) -> tuple[TokenizedText, np.ndarray]:
+    """Token ids of ``texts`` as features (``pad`` swapped with 0, right-padded with 0), and
+    which texts were cut (bool [N]).
+
+    The tokenizer truncates to ``max_length`` itself, as transformers does (its special
+    tokens, e.g. [CLS] ... [SEP], kept); texts cut are counted. A ``pad`` id inside a text
+    (a tokenizer padding with its end-of-text token that also ends texts) would read as
+    padding: a DataError.
+    """
+    items = _check_texts(texts)
+    tok = tokenizer.__class__.from_str(tokenizer.to_str())  # our truncation, the caller's intact
+    tok.no_padding()
+    tok.enable_truncation(int(max_length))
+    ids = np.full((len(items), int(max_length)), pad, dtype=np.int64)
+    lengths = np.zeros(len(items), dtype=np.int64)
+    cut = np.zeros(len(items), dtype=bool)
+    inner = 0
+    for i, enc in enumerate(tok.encode_batch(items) if items else []):
+        row = enc.ids
+        cut[i] = bool(enc.overflowing)
+        inner += pad in row
+        ids[i, : len(row)] = row
+        lengths[i] = len(row)
+    if inner:
+        raise DataError(
+            f"the padding token id {pad} occurs inside {inner} of {len(items)} texts once "
+            "tokenized, so padding could not be told from text: give the tokenizer a padding "
+            "token of its own (tokenizer.add_special_tokens({'pad_token': '<pad>'}) and "
+            "model.resize_token_embeddings) or save it with the pad token it was trained with."
+        )
+    return TokenizedText(swap_pad(ids, pad), lengths, int(cut.sum()), int(max_length), 0,
+                         tok.get_vocab_size(with_added_tokens=True)), cut
+
+
+def max_positions(module: Any) -> int | None:
+    """The positions a causal LM module takes (its transformers config: ``module.model`` or,
+    for gpt-small, ``module.lm``), None if unstated."""
+    inner = getattr(module, "model", None) or getattr(module, "lm", None)
+    config = getattr(inner, "config", None)
+    for key in ("max_position_embeddings", "n_positions", "n_ctx"):
+        value = getattr(config, key, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
 # --- the wrappers -----------------------------------------------------------------------------
 
 
@@ -259,9 +307,17 @@ class HFCausalLM(HFModule):
     def vocab_size(self) -> int:
         return int(self.model.get_output_embeddings().weight.shape[0])
 
-    def forward(self, x: Tensor) -> Tensor:
+    def lm_outputs(self, x: Tensor) -> tuple[Tensor, Tensor, int]:
+        """``(logits [B, T, V], ids [B, T], pad)`` in the tokenizer's own id space: what the
+        next-token loss and the sequence signals read (the tokenizer ids index the logits;
+        ``pad`` marks padding). Saves :meth:`forward`'s copy of the logits into feature
+        space, the size of the logits themselves."""
         ids, real = self._ids(x)
         logits = self.model(input_ids=ids, attention_mask=real.long(), use_cache=False).logits
+        return logits, ids, self.token_pad
+
+    def forward(self, x: Tensor) -> Tensor:
+        logits = self.lm_outputs(x)[0]
         if self.token_pad == 0:
             return logits
         order = swap_pad(torch.arange(logits.shape[-1], device=logits.device), self.token_pad)

@@ -27,6 +27,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,12 +187,20 @@ def _quiet() -> Any:
 
 def _convert_gguf(gguf: Path) -> tuple[Any, Any]:
     """(model, tokenizer) de-quantised from ``gguf`` to float32 by transformers."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    # its tensor-by-tensor bar (plain tqdm, ~20 s) only where someone watches: a terminal
+    bar = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(bar, disable=not sys.stderr.isatty())
+    try:
+        with _quiet():
+            model = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
+            )
+    finally:
+        gguf_utils.tqdm = bar
     with _quiet():
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True
-        )
         tokenizer = AutoTokenizer.from_pretrained(
             gguf.parent, gguf_file=gguf.name, local_files_only=True
         )

@@ -27,6 +27,7 @@ import math
 import os
 import shutil
 import tempfile
+import warnings
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,8 +49,8 @@ MINILM_VOCAB = 30522  # MiniLM's WordPiece vocabulary (checked against tokenizer
 MINILM_MAX_POSITIONS = 512
 PAD_ID = 0  # "[PAD]" in the MiniLM vocabulary
 # Registered architectures that build a :class:`CausalLM` (trained on the next-token loss).
-CAUSAL_LM_ARCHITECTURES = ("gpt-small",)
-TOKENIZERS = ("wordpiece", "bpe")  # a run's dataset.tokenizer: see run_tokenizer
+CAUSAL_LM_ARCHITECTURES = ("gpt-small", "hf-causal-lm")
+TOKENIZERS = ("auto", "wordpiece", "bpe", "base")  # a run's dataset.tokenizer: run_tokenizer
 _COMPLETE = "EXTRACTED"  # written last inside the temporary folder, before the rename
 _INSTALL_HINT = "install the text extra: pip install 'miaudit[text]'"
 
@@ -403,7 +404,9 @@ def minilm(
             )
         from peft import LoraConfig, get_peft_model
 
-        encoder = get_peft_model(encoder, LoraConfig(**_lora_config(lora)))
+        with warnings.catch_warnings():  # peft calls a transformers method deprecated in 5.x
+            warnings.filterwarnings("ignore", ".*is_gradient_checkpointing", FutureWarning)
+            encoder = get_peft_model(encoder, LoraConfig(**_lora_config(lora)))
     else:
         layers = n_layers if train_layers is None else int(train_layers)
         if isinstance(train_layers, bool) or not 0 <= layers <= n_layers:
@@ -491,6 +494,26 @@ def gpt_small(
     return CausalLM(GPT2LMHeadModel(config), pad_id)
 
 
+def trim_padding(x: Tensor, pad_id: int = PAD_ID) -> Tensor:
+    """Right-padded ids ``[B, T]`` cut to the batch's longest text: the columns every row pads
+    change no real token's logits (causal attention never looks right, the mask hides pad),
+    so a forward over them is wasted work."""
+    width = int((token_ids(x) != int(pad_id)).sum(1).max()) if len(x) else 0
+    return x if width >= x.shape[1] else x[:, : max(width, 1)]
+
+
+def lm_outputs(module: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, int]:
+    """``(logits [B, T, V], ids [B, T], pad)`` of a causal LM on feature ids ``x``: the ids
+    index the logits' vocabulary axis, ``pad`` marks padding. A module with its own
+    ``lm_outputs`` (e.g. :class:`miaudit.models.hf.HFCausalLM`, in its tokenizer's id space)
+    answers itself; any other gives ``module(x)`` with the feature ids."""
+    own = getattr(module, "lm_outputs", None)
+    if own is not None:
+        logits, ids, pad = own(x)
+        return logits, ids, int(pad)
+    return module(x), token_ids(x), int(getattr(module, "pad_id", PAD_ID))
+
+
 def next_token_loss(logits: Tensor, ids: Tensor, pad_id: int = PAD_ID) -> Tensor:
     """Mean cross-entropy of token t + 1 given tokens <= t, over non-pad targets: the loss a
     causal LM trains on (``logits`` ``[B, T, V]``, ``ids`` ``[B, T]``)."""
@@ -542,48 +565,13 @@ def token_log_probs(
     return out
 
 
-def run_tokenizer(
-    name: str, public_texts: Sequence[str] | np.ndarray, bpe_vocab_size: int = 4096
-) -> tuple[Any, str]:
-    """A run's tokenizer (None: MiniLM's WordPiece) and how the report names it. ``bpe``
-    trains a byte-level BPE on ``public_texts``, the attacker's pool: a vocabulary fitted on
-    audit rows would carry their words into every model."""
-    if name == "wordpiece":
-        return None, "MiniLM WordPiece ids"
-    if name == "bpe":
-        tok = train_bpe(public_texts, bpe_vocab_size)
-        return tok, (f"byte-level BPE ids ({tok.get_vocab_size()} tokens, trained on the "
-                     f"{len(public_texts)} public-pool texts)")
-    raise ConfigError(f"unknown tokenizer {name!r}; choose one of {', '.join(TOKENIZERS)}.")
-
-
-def tokenized_dataset(
-    dataset: Any, max_length: int, tokenizer: Any = None,
-    description: str = "MiniLM WordPiece ids",
-) -> tuple[Any, str | None]:
-    """A text Dataset as the ``tokens`` Dataset a text model trains on (token ids [N, L] as
-    exact float32; see :func:`token_ids`), and a warning when texts were cut (None if none; the
-    dataset's notes always say how many). The
-    fingerprint is the token ids', so cache keys follow the tokenizer and ``max_length``."""
-    from miaudit.data.dataset import Dataset
-
-    tokens = tokenize(dataset.features, max_length, tokenizer)
-    note = (f"{tokens.n_truncated} of {len(dataset)} texts were longer than {max_length} tokens "
-            f"and cut to their first {max_length - 1} tokens and their end token "
-            "(dataset.max_length)")
-    return Dataset(
-        name=dataset.name, features=tokens.features(), labels=dataset.labels,
-        num_classes=dataset.num_classes, kind="tokens", source=dataset.source,
-        notes=f"{dataset.notes}; {note}" if dataset.notes else note,
-        preprocessing=f"{dataset.preprocessing}; {description}, max_length {max_length}",
-    ), (note if tokens.n_truncated else None)
-
-
 def vocabulary_size(architecture: str, arch_params: Mapping[str, Any]) -> int | None:
     """The token-id range a text architecture accepts (None: not a text model): what a
     tokenizer's ids must stay below."""
     if architecture == "minilm":
         return MINILM_VOCAB
+    if "base_model" in arch_params:  # hf-causal-lm: the base's own tokenizer, checked there
+        return None
     if architecture in ("text-cnn", *CAUSAL_LM_ARCHITECTURES):
         return int(arch_params.get("vocab_size", MINILM_VOCAB))
     return None

@@ -68,11 +68,12 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
         canaries=cfg.canaries.count,
     )
     if dataset.kind == "text":  # text models train and are queried on token ids
-        from miaudit.models.text import check_vocabulary, run_tokenizer, tokenized_dataset
+        from miaudit.models.run_tokenizer import run_tokenizer, tokenized_dataset
+        from miaudit.models.text import check_vocabulary
 
         texts = dataset.features
         tokenizer, described = run_tokenizer(cfg.dataset.tokenizer, texts[split.public],
-                                             cfg.dataset.bpe_vocab_size)
+                                             cfg.dataset.bpe_vocab_size, base_model(cfg))
         dataset, cut = tokenized_dataset(dataset, cfg.dataset.max_length, tokenizer, described)
         notes += [cut] if cut else []
         recipes = resolve_recipes(cfg)
@@ -111,6 +112,22 @@ def check_query_needs(attacks: list[str], queries: list[str]) -> None:
                               " Or drop it from attacks.")
 
 
+def base_model(cfg: RunConfig) -> str | None:
+    """The pretrained base model the run's LMs fine-tune (``hf-causal-lm``'s
+    ``arch_params.base_model``; None for other recipes): the texts' tokenizer, and the
+    reference of ``lm-base-reference``. Target and references must share it."""
+    recipes = resolve_recipes(cfg)
+    bases = {r.arch_params.get("base_model") for r in (recipes.target, recipes.reference)}
+    if len(bases) > 1:
+        raise ConfigError(
+            f"the target and the reference recipes fine-tune different base models "
+            f"({', '.join(sorted(map(str, bases)))}): they must share one (one tokenizer, one "
+            "base model for lm-base-reference)."
+        )
+    found = bases.pop()
+    return str(found) if found else None
+
+
 def check_lm_recipes(cfg: RunConfig, kind: str) -> None:
     """A causal-LM recipe (gpt-small) trains on a text dataset's MiniLM WordPiece ids (its
     ``vocab_size``/``pad_id`` defaults), and the target and references are LMs together: their
@@ -124,6 +141,12 @@ def check_lm_recipes(cfg: RunConfig, kind: str) -> None:
             "the target and the reference recipes must both be causal LMs (gpt-small) or "
             f"both classifiers; got {recipes.target.architecture!r} and "
             f"{recipes.reference.architecture!r}."
+        )
+    if base_model(cfg) and cfg.dataset.tokenizer not in ("auto", "base"):
+        raise ConfigError(
+            f"hf-causal-lm fine-tunes a pretrained model, which reads its own tokenizer's ids: "
+            f"dataset.tokenizer {cfg.dataset.tokenizer!r} would feed it ids it never learnt. "
+            "Set dataset.tokenizer: base (or leave it out)."
         )
     if any(lms) and kind != "text":
         raise ConfigError(
@@ -151,10 +174,11 @@ def query_bank(
     """Query the design's ``models`` (and forgetting ``copies``) on every sample of the split:
     the bank, and the forgetting bank (None without copies)."""
     everyone = models + copies
+    base, prefix = lm_extras(cfg, dataset, design, models[design.target].module)
     signals = query_signals(
         [tm.module for tm in everyone], dataset.features, dataset.labels, design.split.rows,
         dataset.kind, signal_spec(cfg, queries), device, progress,
-        precision=[tm.recipe.precision for tm in everyone],
+        precision=[tm.recipe.precision for tm in everyone], base=base, prefix_ids=prefix,
     )
     require_channels(signals, signal_spec(cfg, queries))
     n = design.n_models
@@ -170,3 +194,38 @@ def query_bank(
             bank.audit, bank.population, canary=bank.canary,
         )
     return bank, forgetting_bank
+
+
+def lm_extras(cfg: RunConfig, dataset: Dataset, design: Design, target: Any
+              ) -> tuple[Any, np.ndarray | None]:  # fmt: skip
+    """What a causal LM's bank needs beyond the models, when an attack to run reads it: the
+    base model (``lm-base-reference``; the run's ``hf-causal-lm`` base, not trained) and
+    ReCaLL's prefix, drawn from the population rows (no model trains on them). A ConfigError
+    when an attack listed cannot have them (a run scores every attack it lists)."""
+    if dataset.kind != "tokens" or not getattr(target, "causal_lm", False):
+        return None, None
+    wanted = [get_attack(a) for a in cfg.attacks]
+    base = prefix = None
+    name = base_model(cfg)
+    if any(a.needs.base_model for a in wanted):
+        if name is None:
+            raise ConfigError(
+                "lm-base-reference reads the pretrained base model's log-probabilities; this "
+                "run's LMs have none (recipe.architecture hf-causal-lm with "
+                "arch_params.base_model has one). Drop it from attacks.")
+        from miaudit.models.hf_lm import base_module
+
+        base = base_module(name)
+    if any(a.needs.prefix_conditioned for a in wanted):
+        from miaudit.models.hf import max_positions
+        from miaudit.signals.sequence import RECALL_PREFIX_TEXTS, fitted_prefix
+
+        rows = design.split.population
+        if rows.size < RECALL_PREFIX_TEXTS:
+            raise ConfigError(f"recall's prefix is drawn from {RECALL_PREFIX_TEXTS} population "
+                              "texts (no model trains on them): raise split.population.")
+        prefix, why = fitted_prefix(dataset.features, rows, int(target.pad_id), cfg.seed,
+                                    max_positions(target), "dataset.max_length")
+        if why:
+            raise ConfigError(f"recall cannot run: {why}.")
+    return base, prefix

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from miaudit.errors import ConfigError
+from miaudit.models.text import lm_outputs
 from miaudit.runtime.malloc import keep_freed_memory
 from miaudit.runtime.progress import progress_bar
 from miaudit.signals.bank import (
@@ -181,8 +182,8 @@ def query_signals(
 
 
 # Logit floats one forward of a causal LM may hold ([batch, T, vocabulary]); sequence_signals
-# makes a few more arrays of that size. 2**24 floats: 64 MiB each.
-_LM_BATCH_FLOATS = 2**24
+# makes a few more arrays of that size. 2**25 floats: 128 MiB each.
+_LM_BATCH_FLOATS = 2**25
 
 
 def lm_signals(
@@ -251,28 +252,37 @@ def lm_signals(
     if base is not None:
         queried.append((None, base))
         arrays[BASE_KEY] = np.zeros(shape[1:], dtype=np.float32)
+    # Longest texts first, each batch cut to its longest text: no forward over padding, and
+    # shorter texts in larger batches (the batch holds _LM_BATCH_FLOATS logits at most).
+    order = torch.argsort(lengths, descending=True, stable=True)
     bar = progress_bar(len(queried), "querying models", "model", enabled=progress)
     for m, module in queried:
         vocab = int(getattr(module, "vocab_size", 50_000))
-        long = width + (0 if prefix is None or m is None else len(prefix))
-        batch = max(1, min(int(spec.batch_size), _LM_BATCH_FLOATS // (long * vocab)))
+        extra = 0 if prefix is None or m is None else len(prefix)
         module.eval().to(device)
         # keep_freed_memory: each batch reallocates the same [batch, T, vocabulary] arrays
-        with torch.no_grad(), keep_freed_memory():
-            for lo in range(0, n, batch):
-                xb = ids[lo : lo + batch].to(device)
-                lb = lengths[lo : lo + batch].numpy()
-                parts = sequence_signals(module(xb), xb, lb)
+        with torch.inference_mode(), keep_freed_memory():
+            lo = 0
+            while lo < n:
+                width = int(lengths[order[lo]])
+                batch = max(1, min(int(spec.batch_size),
+                                   _LM_BATCH_FLOATS // ((width + extra) * vocab)))
+                rows_b = order[lo : lo + batch].numpy()
+                lo += len(rows_b)
+                xb = ids[rows_b, :width].to(device)
+                lb = lengths[rows_b].numpy()
+                logits, tids, _ = lm_outputs(module, xb)
+                parts = sequence_signals(logits, tids, lb)
                 if m is None:  # the base model: its token log-probs only
-                    arrays[BASE_KEY][lo : lo + len(xb)] = parts[0].cpu().numpy()
+                    arrays[BASE_KEY][rows_b, : width - 1] = parts[0].cpu().numpy()
                     continue
                 for key, part in zip(SEQUENCE_KEYS, parts, strict=True):
-                    arrays[key][m, lo : lo + len(xb)] = part.cpu().numpy()
+                    arrays[key][m, rows_b, : width - 1] = part.cpu().numpy()
                 if prefix is not None:
                     pb = prefix.to(device)[None, :].expand(len(xb), -1)
-                    logits = module(torch.cat([pb, xb], dim=1))
-                    part = prefixed_token_logprob(logits, len(prefix), xb, lb)
-                    arrays[PREFIX_KEY][m, lo : lo + len(xb)] = part.cpu().numpy()
+                    logits, tids, _ = lm_outputs(module, torch.cat([pb, xb], dim=1))
+                    part = prefixed_token_logprob(logits, len(prefix), tids[:, len(prefix):], lb)
+                    arrays[PREFIX_KEY][m, rows_b, : width - 1] = part.cpu().numpy()
         bar.update(1)
     bar.close()
     if spec.token_ids:

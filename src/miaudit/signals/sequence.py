@@ -23,6 +23,9 @@ import zlib
 import numpy as np
 import torch
 
+# ReCaLL's prefix: this many public texts, concatenated (Xie et al. 2024 use a few shots)
+RECALL_PREFIX_TEXTS = 2
+
 
 def sequence_signals(
     logits: torch.Tensor, input_ids: torch.Tensor, lengths: torch.Tensor | np.ndarray
@@ -88,6 +91,24 @@ def draw_prefix(
     picked = np.random.default_rng(seed).choice(public_rows, size=count, replace=False)
     texts = np.asarray(features)[picked].round().astype(np.int64)
     return np.concatenate([row[row != pad_id] for row in texts])
+
+
+def fitted_prefix(
+    features: np.ndarray, public_rows: np.ndarray, pad_id: int, seed: int,
+    positions: int | None, length_setting: str, count: int = RECALL_PREFIX_TEXTS,
+) -> tuple[np.ndarray | None, str | None]:  # fmt: skip
+    """ReCaLL's prefix (:func:`draw_prefix` of ``count`` public texts), its first tokens cut
+    so that prefix + text fit the models' ``positions`` (None: no limit); or None and why not
+    (``length_setting`` names the setting that would make room)."""
+    prefix = draw_prefix(features, public_rows, count, seed, pad_id)
+    if positions is not None:
+        width = int(np.asarray(features).shape[1])
+        room = int(positions) - width
+        if room < 1:
+            return None, (f"the texts ({width} tokens) take all {positions} positions of the "
+                          f"model, leaving none for the prefix: lower {length_setting}")
+        prefix = prefix[-room:]
+    return prefix, None
 
 
 def text_sizes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

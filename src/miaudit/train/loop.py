@@ -45,10 +45,12 @@ def is_causal_lm(module: nn.Module) -> bool:
 
 def _lm_loss(module: nn.Module, xb: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of a causal LM on float token ids ``xb`` [B, T]
-    (:func:`miaudit.models.text.next_token_loss`; imported here, not at module import)."""
-    from miaudit.models.text import next_token_loss, token_ids
+    (:func:`miaudit.models.text.next_token_loss`; imported here, not at module import), the
+    columns every row pads cut first (no forward over padding)."""
+    from miaudit.models.text import lm_outputs, next_token_loss, trim_padding
 
-    return next_token_loss(module(xb), token_ids(xb), module.pad_id)
+    logits, ids, pad = lm_outputs(module, trim_padding(xb, module.pad_id))
+    return next_token_loss(logits, ids, pad)
 
 
 class PlainStrategy:

@@ -242,13 +242,20 @@ class Recipe:
 
         Fields at their value in :data:`KEY_NEUTRAL_FIELDS` (``dp`` None, no ``augment``, no
         label smoothing, ``precision`` fp32) are left out, so adding such a field keeps the
-        keys (and cache entries) of recipes that do not use it.
+        keys (and cache entries) of recipes that do not use it. A recipe fine-tuning a
+        pretrained ``base_model`` (``hf-causal-lm``) also carries the base's content identity
+        (its file's sha256): the same name on other weights is another recipe.
         """
         data = {
             k: v
             for k, v in self.to_dict().items()
             if not (k in KEY_NEUTRAL_FIELDS and _thaw(KEY_NEUTRAL_FIELDS[k]) == v)
         }
+        base = self.arch_params.get("base_model")
+        if base:
+            from miaudit.models.hf_lm import base_model_identity
+
+            data["base_model_identity"] = base_model_identity(str(base))
         return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
     def key(self) -> str:
