@@ -185,3 +185,30 @@ def test_the_base_identity_is_in_the_recipe_key(tmp_path, base_folder):
         weights.write_bytes(data)
     os.utime(weights, ns=(1, 1))  # a touch alone is the same content: the same key
     assert recipe.key() == before
+
+
+def test_secret_canaries_are_inserted_and_their_exposure_reported(tmp_path, docstring_texts,
+                                                                  base_folder):
+    texts = docstring_texts[0][:100]
+    cfg = _config(tmp_path, _csv(tmp_path, texts), len(texts), base_folder,
+                  attacks=["lm-loss", "lm-base-reference"],
+                  canaries={"count": 12, "kind": "secret", "exposure_candidates": 50,
+                            "guesses": {"k_plus": 3, "k_minus": 3}})
+    result, out = run(cfg, progress=False, echo=False)
+    table = pd.read_csv(out / "canaries.csv")
+    assert len(table) == 12
+    assert table["text"].str.startswith("my account number is ").all()
+    assert table["text"].nunique() == 12
+    assert {"exposure", "exposure_extrapolated", "extracted"} <= set(table.columns)
+    assert (table["exposure"] <= table["max_sampled_exposure"] + 1e-9).all()
+    summary = result.meta["canary_exposure"]
+    assert summary["included"]["canaries"] + summary["excluded"]["canaries"] == 12
+    assert summary["included"]["canaries"] == int(table["included"].sum())
+    # one-run bounds read the attacks' scores on the canaries
+    assert result.meta["privacy_audit"].settings.canaries.kind == "secret"
+    with pytest.raises(ConfigError, match="secret canaries are texts a causal LM"):
+        bad = _config(tmp_path, _csv(tmp_path, texts), len(texts), base_folder,
+                      canaries={"count": 12, "kind": "secret",
+                                "guesses": {"k_plus": 3, "k_minus": 3}})
+        bad.recipe = dict(bad.recipe, architecture="text-cnn", arch_params={})
+        run(bad, progress=False, echo=False)

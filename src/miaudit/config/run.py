@@ -256,7 +256,18 @@ def _check_canaries(cfg: RunConfig) -> None:
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ConfigError(f"canaries.count must be an integer >= 0 (0: no canaries); "
                           f"got {count!r}.")
-    canary_kind(cfg.canaries.kind)
+    kind = canary_kind(cfg.canaries.kind)
+    if kind.secret_texts:
+        from miaudit.privacy.secrets import secret_format
+
+        space = secret_format(cfg.canaries.secret_format).space_size
+        if count > space:
+            raise ConfigError(f"canaries.count {count} exceeds the {space:,} distinct secrets "
+                              f"of canaries.secret_format {cfg.canaries.secret_format!r}.")
+        n = cfg.canaries.exposure_candidates
+        if isinstance(n, bool) or not isinstance(n, int) or n < 20:
+            raise ConfigError(f"canaries.exposure_candidates must be an integer >= 20 (the "
+                              f"sample exposure is estimated from); got {n!r}.")
     if count == 0:
         return
     resolve_guesses(cfg.canaries.guesses, count)

@@ -177,7 +177,11 @@ class CanariesConfig:
     (offline design only; references never train on them)."""
 
     count: int = 0  # m canaries; 0: off
-    kind: str = "mislabelled"  # mislabelled | natural (miaudit.privacy.canaries registry)
+    kind: str = "mislabelled"  # mislabelled | natural | secret (miaudit.privacy.canaries)
+    # kind secret: the secrets' format (miaudit.privacy.secrets), and how many candidates
+    # sampled from its space estimate each canary's exposure
+    secret_format: str = "account-number"
+    exposure_candidates: int = 1000
     # {k_plus, k_minus} (counts or fractions of count), or a list of such candidates, each
     # evaluated at alpha / len(list); None: a tenth of the canaries each way
     guesses: dict[str, Any] | list[dict[str, Any]] | None = None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,8 @@ from miaudit.config import (
 from miaudit.data import Dataset, load_dataset
 from miaudit.errors import ConfigError
 from miaudit.pipeline.models import forgetting_models, resolve_recipes, train_design
-from miaudit.privacy.run_canaries import check_canaries, target_dataset
+from miaudit.privacy.run_canaries import canary_secrets, check_canaries, target_dataset
+from miaudit.privacy.secrets import CanarySecret
 from miaudit.protocol import Design, make_design, make_split
 from miaudit.runtime.devices import check_precision, resolve_device
 from miaudit.signals import SignalBank
@@ -62,6 +64,8 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     check_canaries(cfg)  # a design that can never certify ε > 0 fails before any work
     dataset = load_dataset(cfg.dataset.name, cfg.data_dir, **cfg.dataset.options)
     notes, texts = [], None
+    secrets: list[CanarySecret] = []
+    canary_features = exposures = None
     check_lm_recipes(cfg, dataset.kind)
     split = make_split(
         len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed,
@@ -74,8 +78,18 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
         texts = dataset.features
         tokenizer, described = run_tokenizer(cfg.dataset.tokenizer, texts[split.public],
                                              cfg.dataset.bpe_vocab_size, base_model(cfg))
+        text_dataset = dataset
         dataset, cut = tokenized_dataset(dataset, cfg.dataset.max_length, tokenizer, described)
         notes += [cut] if cut else []
+        secrets = canary_secrets(cfg)
+        if secrets:  # the target trains on these texts in the canary rows (tokenized alike)
+            texts = texts.copy()
+            texts[split.canaries] = [c.text for c in secrets]
+            secret_set = dataclasses.replace(
+                text_dataset, features=np.array([c.text for c in secrets], dtype=object),
+                labels=text_dataset.labels[split.canaries])
+            canary_features = tokenized_dataset(secret_set, cfg.dataset.max_length, tokenizer,
+                                                described)[0].features
         recipes = resolve_recipes(cfg)
         check_vocabulary(dataset.features, [recipes.target, recipes.reference])
     queries = resolve_queries(cfg.signals.queries, dataset.kind, cfg.attacks,
@@ -83,11 +97,14 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     check_query_needs(cfg.attacks, queries)  # before any model trains
     design = make_design(split, cfg.models, cfg.design, cfg.seed, cfg.target, cfg.split.members)
     cache = ModelCache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
-    original, dataset = dataset, target_dataset(dataset, design, cfg)
+    original, dataset = dataset, target_dataset(dataset, design, cfg, canary_features)
     start = time.perf_counter()
     models = train_design(cfg, original, design, cache, device, progress, target_dataset=dataset)
     copies = forgetting_models(cfg, dataset, design, models[design.target], cache, device)
     train_wall = time.perf_counter() - start
+    if secrets:
+        exposures = secret_exposures(cfg, secrets, tokenizer, models[design.target].module,
+                                     device)  # fmt: skip
     start = time.perf_counter()
     bank, forgetting_bank = query_bank(cfg, dataset, design, models, copies, queries, device,
                                        progress, texts=texts)  # fmt: skip
@@ -97,7 +114,8 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
         forgetting_bank=forgetting_bank, texts=texts,
         original=original if original is not dataset else None,
         info={"query_seconds": time.perf_counter() - start, "device": device,
-              "train_wall_seconds": train_wall, "notes": notes},
+              "train_wall_seconds": train_wall, "notes": notes,
+              **({"canary_secrets": exposures} if exposures else {})},
     )
 
 
@@ -229,3 +247,34 @@ def lm_extras(cfg: RunConfig, dataset: Dataset, design: Design, target: Any
         if why:
             raise ConfigError(f"recall cannot run: {why}.")
     return base, prefix
+
+
+def secret_exposures(cfg: RunConfig, secrets: list[CanarySecret], tokenizer: Any,
+                     target: Any, device: str) -> list[dict[str, Any]]:  # fmt: skip
+    """Per secret canary, what the target gives away about its secret (Carlini et al. 2019):
+    exposure against ``canaries.exposure_candidates`` secrets sampled from the format's space
+    (sampled and skew-normal extrapolated), and whether greedy decoding from the prefix
+    writes the secret out. Needs the run's tokenizer as a ``tokenizers.Tokenizer`` (the base
+    model's, or a BPE); MiniLM's WordPiece ids are refused with why."""
+    from miaudit.models.run_tokenizer import BaseTokenizer
+    from miaudit.privacy.exposure import exposure, feature_codec, greedy_extractions
+
+    if isinstance(tokenizer, BaseTokenizer):
+        encode, decode = feature_codec(tokenizer.tokenizer, tokenizer.pad)
+    elif tokenizer is not None:  # a BPE of the run: its pad id is 0 already
+        encode, decode = feature_codec(tokenizer, 0)
+    else:
+        raise ConfigError("secret canaries' exposure decodes and re-encodes candidate "
+                          "secrets: use dataset.tokenizer bpe (or an hf-causal-lm's base), "
+                          "not MiniLM's WordPiece.")
+    found = exposure(target, encode, secrets, cfg.canaries.secret_format,
+                     n_candidates=cfg.canaries.exposure_candidates, seed=cfg.seed,
+                     device=device)
+    extracted = greedy_extractions(target, encode, decode, [c.prefix for c in secrets],
+                                   [c.secret for c in secrets], device=device)
+    return [{"text": c.text, "log_likelihood": round(e.log_likelihood, 4),
+             "exposure": round(e.exposure, 3),
+             "exposure_extrapolated": round(e.exposure_extrapolated, 3),
+             "max_sampled_exposure": round(e.max_sampled_exposure, 3),
+             "extracted": int(bool(x))}
+            for c, e, x in zip(secrets, found, extracted, strict=True)]

@@ -20,7 +20,7 @@ from miaudit.pipeline.models import resolve_recipes
 from miaudit.pipeline.querying import BuiltBank, build_bank
 from miaudit.pipeline.split_check import split_check
 from miaudit.privacy.best_bound import privacy_audit
-from miaudit.privacy.run_canaries import canaries_csv, check_canaries
+from miaudit.privacy.run_canaries import canaries_csv, check_canaries, exposure_summary
 from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.records.run_dir import StagedRunDir
 from miaudit.report import format_table, write_report
@@ -120,8 +120,12 @@ def _run_into(
     if built.design.split.canaries.size:
         audit = audit.with_canary_kind(cfg.canaries.kind)
         write_text(out / "canaries.csv",
-                   canaries_csv(built.design, built.dataset, built.original or built.dataset))
+                   canaries_csv(built.design, built.dataset, built.original or built.dataset,
+                                built.info.get("canary_secrets")))
         written.append("canaries.csv")
+        if built.info.get("canary_secrets"):
+            result.meta["canary_exposure"] = exposure_summary(
+                built.info["canary_secrets"], built.design.canary_included())
     result.meta["privacy_audit"] = audit
     result.meta.update({
         "recipes": resolve_recipes(cfg).describe(),

@@ -32,6 +32,8 @@ class CanaryKind:
     name: str
     description: str
     relabel: Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
+    # the rows' texts are replaced by secret-bearing texts (causal LMs; canaries.secret_format)
+    secret_texts: bool = False
 
 
 _KINDS: Registry[CanaryKind] = Registry(
@@ -40,9 +42,11 @@ _KINDS: Registry[CanaryKind] = Registry(
 )
 
 
-def register_canary_kind(name: str, description: str) -> Callable[[Callable], Callable]:
+def register_canary_kind(name: str, description: str, secret_texts: bool = False
+                         ) -> Callable[[Callable], Callable]:  # fmt: skip
     """Register a canary kind under ``name`` (run configs name it in ``canaries.kind``)."""
-    return _KINDS.decorator(name, lambda relabel: CanaryKind(name, description, relabel))
+    return _KINDS.decorator(
+        name, lambda relabel: CanaryKind(name, description, relabel, secret_texts))
 
 
 def canary_kind_names() -> list[str]:
@@ -64,6 +68,15 @@ def _mislabelled(labels: np.ndarray, num_classes: int, rng: np.random.Generator)
 
 @register_canary_kind("natural", "the rows as they are, with their true labels")
 def _natural(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
+    return labels.copy()
+
+
+@register_canary_kind(
+    "secret", "text canaries for causal LMs (Carlini et al. 2019, \"The Secret Sharer\"): "
+    "each row's text replaced by a seeded secret-bearing text of canaries.secret_format, e.g. "
+    "'my account number is 4829 3301'; exposure and greedy extraction reported per canary",
+    secret_texts=True)
+def _secret(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
     return labels.copy()
 
 

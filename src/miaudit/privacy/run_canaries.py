@@ -11,8 +11,10 @@ references train on the dataset itself, on rows no canary touches: their keys do
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import io
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +23,8 @@ from miaudit.data import Dataset
 from miaudit.errors import ConfigError
 from miaudit.pipeline.models import resolve_recipes
 from miaudit.privacy import one_run_epsilon_from_counts
-from miaudit.privacy.canaries import canary_labels, resolve_guesses
+from miaudit.privacy.canaries import canary_kind, canary_labels, resolve_guesses
+from miaudit.privacy.secrets import CanarySecret, draw_canary_texts
 from miaudit.protocol import Design
 
 
@@ -42,12 +45,16 @@ def check_canaries(cfg: RunConfig) -> None:
     m = cfg.canaries.count
     if not m:
         return
-    if cfg.canaries.kind == "mislabelled":
-        from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
+    from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
 
-        if resolve_recipes(cfg).target.architecture in CAUSAL_LM_ARCHITECTURES:
-            raise ConfigError("a causal LM trains on texts, not labels: mislabelled canaries "
-                              "are the same texts; use canaries.kind: natural.")
+    causal = resolve_recipes(cfg).target.architecture in CAUSAL_LM_ARCHITECTURES
+    if cfg.canaries.kind == "mislabelled" and causal:
+        raise ConfigError("a causal LM trains on texts, not labels: mislabelled canaries "
+                          "are the same texts; use canaries.kind: secret (or natural).")
+    if canary_kind(cfg.canaries.kind).secret_texts and not causal:
+        raise ConfigError("secret canaries are texts a causal LM may memorise (recipe."
+                          "architecture gpt-small or hf-causal-lm on a text dataset); a "
+                          "classifier's canaries are kind mislabelled or natural.")
     pairs = resolve_guesses(cfg.canaries.guesses, m)
     delta, alpha = canary_delta(cfg), cfg.canaries.alpha / len(pairs)
     for k_plus, k_minus in pairs:
@@ -60,12 +67,27 @@ def check_canaries(cfg: RunConfig) -> None:
                               f"{exc}") from exc
 
 
-def target_dataset(dataset: Dataset, design: Design, cfg: RunConfig) -> Dataset:
+def canary_secrets(cfg: RunConfig) -> list[CanarySecret]:
+    """The secret-bearing texts of ``canaries.kind: secret`` (seeded by the run's seed), one
+    per canary row in split order; [] for other kinds."""
+    if not cfg.canaries.count or not canary_kind(cfg.canaries.kind).secret_texts:
+        return []
+    return draw_canary_texts(cfg.canaries.secret_format, cfg.canaries.count, cfg.seed)
+
+
+def target_dataset(dataset: Dataset, design: Design, cfg: RunConfig,
+                   canary_features: np.ndarray | None = None) -> Dataset:  # fmt: skip
     """The dataset the target trains on and the bank records: ``dataset`` with the canaries'
-    labels (``dataset`` itself when there are no canaries or they keep their labels)."""
+    labels, and with ``canary_features`` (the secret texts' token ids, one row per canary) in
+    the canary rows; ``dataset`` itself when nothing changes. References train on
+    ``dataset``: no row of theirs changes, nor their cache keys."""
     rows = design.split.canaries
     if not rows.size:
         return dataset
+    if canary_features is not None:
+        features = dataset.features.copy()
+        features[rows] = canary_features
+        dataset = dataclasses.replace(dataset, features=features)
     labels = canary_labels(cfg.canaries.kind, dataset.labels[rows], dataset.num_classes,
                            cfg.seed)
     if np.array_equal(labels, dataset.labels[rows]):
@@ -76,14 +98,44 @@ def target_dataset(dataset: Dataset, design: Design, cfg: RunConfig) -> Dataset:
     return dataclasses.replace(dataset, labels=relabelled)
 
 
-def canaries_csv(design: Design, dataset: Dataset, original: Dataset) -> str:
+def canaries_csv(design: Design, dataset: Dataset, original: Dataset,
+                 secrets: list[dict[str, Any]] | None = None) -> str:  # fmt: skip
     """``row,label,true_label,included``: each canary's dataset row, the label the target
-    trained on (and the bank records), its true label and whether the target trained on it."""
+    trained on (and the bank records), its true label and whether the target trained on it;
+    with ``secrets`` (secret canaries: one dict per canary), their text, exposure and greedy
+    extraction columns after those."""
     rows = design.split.canaries
+    extra = list(secrets[0]) if secrets else []
     buf = io.StringIO()
-    buf.write("row,label,true_label,included\n")
-    for row, label, true, inc in zip(rows.tolist(), dataset.labels[rows].tolist(),
-                                     original.labels[rows].tolist(),
-                                     design.canary_included().tolist(), strict=True):
-        buf.write(f"{row},{label},{true},{int(inc)}\n")
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["row", "label", "true_label", "included", *extra])
+    for i, (row, label, true, inc) in enumerate(zip(
+            rows.tolist(), dataset.labels[rows].tolist(), original.labels[rows].tolist(),
+            design.canary_included().tolist(), strict=True)):
+        writer.writerow([row, label, true, int(inc), *(secrets[i][k] for k in extra)]
+                        if secrets else [row, label, true, int(inc)])
     return buf.getvalue()
+
+
+def exposure_summary(secrets: list[dict[str, Any]], included: np.ndarray) -> dict[str, Any]:
+    """The secret canaries' exposure (Carlini et al. 2019) in the target's training set and
+    out of it: median and maximum exposure (sampled and extrapolated) and how many secrets
+    greedy decoding wrote out. Those out of the training set are the yardstick: exposure
+    that members show and non-members do not is memorisation."""
+    included = np.asarray(included, dtype=bool)
+
+    def side(mask: np.ndarray) -> dict[str, Any]:
+        rows = [s for s, keep in zip(secrets, mask, strict=True) if keep]
+        if not rows:
+            return {"canaries": 0}
+        sampled = np.array([r["exposure"] for r in rows])
+        extrapolated = np.array([r["exposure_extrapolated"] for r in rows])
+        return {"canaries": len(rows),
+                "median_exposure": round(float(np.median(sampled)), 3),
+                "max_exposure": round(float(sampled.max()), 3),
+                "median_exposure_extrapolated": round(float(np.nanmedian(extrapolated)), 3)
+                if np.isfinite(extrapolated).any() else None,
+                "extracted": int(sum(r["extracted"] for r in rows))}
+
+    return {"included": side(included), "excluded": side(~included),
+            "max_sampled_exposure": secrets[0]["max_sampled_exposure"]}
