@@ -13,7 +13,8 @@ from miaudit.privacy.canaries import canary_kind_names, canary_labels, resolve_g
 
 def test_the_kinds_are_registered():
     assert canary_kind_names() == ["mislabelled", "natural", "secret"]
-    with pytest.raises(ConfigError, match="canaries.kind must be one of mislabelled, natural, secret"):
+    with pytest.raises(ConfigError,
+                       match="canaries.kind must be one of mislabelled, natural, secret"):
         canary_labels("loud", np.zeros(3, dtype=int), 10, seed=0)
 
 

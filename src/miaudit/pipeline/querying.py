@@ -41,7 +41,7 @@ from miaudit.train.model_cache import default_cache_dir
 class BuiltBank:
     """A bank with the models behind it and how they were obtained."""
 
-    bank: SignalBank
+    bank: SignalBank | None  # None: models trained or loaded, not yet queried (query=False)
     design: Design
     dataset: Dataset  # as the target trained on it (with the canaries' labels) and the bank
     models: list[TrainedModel]
@@ -53,19 +53,22 @@ class BuiltBank:
     info: dict[str, Any] = field(default_factory=dict)
     texts: np.ndarray | None = None  # a text dataset's texts (the bank records their sizes)
     original: Dataset | None = None  # the dataset as loaded, when canaries relabelled it
+    tokenizer: Any = None  # a text dataset's tokenizer (None: MiniLM's WordPiece, or no text)
+    secrets: list[CanarySecret] = field(default_factory=list)  # secret canaries' texts
 
 
-def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
-    """Train or load every model of the design and query them into a bank."""
+def build_bank(cfg: RunConfig, progress: bool = True, query: bool = True) -> BuiltBank:
+    """Train or load every model of the design and query them into a bank (``query=False``:
+    the models only, e.g. to query checkpoints of one's choosing with :func:`query_bank`)."""
     device = resolve_device(cfg.device)
     planned = resolve_recipes(cfg)
     for recipe in (planned.target, planned.reference):  # bf16 off CUDA: before the data loads
         check_precision(recipe.precision, device)
     check_canaries(cfg)  # a design that can never certify ε > 0 fails before any work
     dataset = load_dataset(cfg.dataset.name, cfg.data_dir, **cfg.dataset.options)
-    notes, texts = [], None
+    notes, texts, tokenizer = [], None, None
     secrets: list[CanarySecret] = []
-    canary_features = exposures = None
+    canary_features = None
     check_lm_recipes(cfg, dataset.kind)
     split = make_split(
         len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed,
@@ -102,21 +105,23 @@ def build_bank(cfg: RunConfig, progress: bool = True) -> BuiltBank:
     models = train_design(cfg, original, design, cache, device, progress, target_dataset=dataset)
     copies = forgetting_models(cfg, dataset, design, models[design.target], cache, device)
     train_wall = time.perf_counter() - start
-    if secrets:
-        exposures = secret_exposures(cfg, secrets, tokenizer, models[design.target].module,
-                                     device)  # fmt: skip
-    start = time.perf_counter()
-    bank, forgetting_bank = query_bank(cfg, dataset, design, models, copies, queries, device,
-                                       progress, texts=texts)  # fmt: skip
-    return BuiltBank(
-        bank=bank, design=design, dataset=dataset, models=models, queries=list(queries),
-        trained=cache.stats.misses, reused=cache.stats.hits, forgetting=copies,
-        forgetting_bank=forgetting_bank, texts=texts,
-        original=original if original is not dataset else None,
-        info={"query_seconds": time.perf_counter() - start, "device": device,
-              "train_wall_seconds": train_wall, "notes": notes,
-              **({"canary_secrets": exposures} if exposures else {})},
+    built = BuiltBank(
+        bank=None, design=design, dataset=dataset, models=models, queries=list(queries),
+        trained=cache.stats.misses, reused=cache.stats.hits, forgetting=copies, texts=texts,
+        original=original if original is not dataset else None, tokenizer=tokenizer,
+        secrets=secrets, info={"device": device, "train_wall_seconds": train_wall,
+                               "notes": notes, "query_seconds": 0.0},
     )
+    if not query:
+        return built
+    if secrets:
+        built.info["canary_secrets"] = secret_exposures(
+            cfg, secrets, tokenizer, models[design.target].module, device)
+    start = time.perf_counter()
+    built.bank, built.forgetting_bank = query_bank(cfg, dataset, design, models, copies,
+                                                   queries, device, progress, texts=texts)
+    built.info["query_seconds"] = time.perf_counter() - start
+    return built
 
 
 def check_query_needs(attacks: list[str], queries: list[str]) -> None:

@@ -45,14 +45,14 @@ def sequence_signals(
     lengths = torch.as_tensor(np.asarray(lengths), device=logits.device).long()
     if lengths.shape != (batch,) or bool((lengths < 2).any()) or bool((lengths > width).any()):
         raise ValueError(f"lengths must be [B] = [{batch}] with values in 2..{width}.")
+    # Two [B, T-1, V] arrays in all (log p, then p turned in place into p log p and p log² p):
+    # the vocabulary axis is the large one (49,152 for SmolLM2), so each pass over it counts.
     logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
     target = input_ids[:, 1:].long().unsqueeze(-1)
     token = logp.gather(-1, target).squeeze(-1)
-    p = logp.exp()
-    # p log p is 0 where p = 0 (a masked vocabulary entry has log p = -inf).
-    plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))
-    mean = plogp.sum(-1)
-    second = torch.where(p > 0, plogp * logp, torch.zeros_like(p)).sum(-1)
+    weighted = logp.exp().mul_(logp)  # p log p; NaN (0 * -inf) where p = 0: a masked entry
+    mean = weighted.nan_to_num_(nan=0.0).sum(-1)
+    second = weighted.mul_(logp).nan_to_num_(nan=0.0).sum(-1)
     std = (second - mean * mean).clamp_min(0.0).sqrt()
     valid = torch.arange(width - 1, device=logits.device)[None, :] < (lengths - 1)[:, None]
     zero = torch.zeros((), dtype=token.dtype, device=token.device)
