@@ -192,6 +192,21 @@ def test_rmia_matches_naive(bank, a, gamma):
     np.testing.assert_allclose(scores, expected)
 
 
+def test_lm_rmia_has_no_temperature(bank):
+    """A sequence bank lacks the next-token distribution a softmax temperature needs (lm_rmia's
+    docstring), so lm-rmia declares none and refuses one, and rmia and informia refuse
+    T != 1 there (the bank's logits are a derived two-class view, not the vocabulary's)."""
+    assert "temperature" not in get_attack("lm-rmia").defaults
+    assert "temperature" in get_attack("rmia").defaults
+    view = TargetView.of(bank, 0)
+    with pytest.raises(AttackError, match="has no parameter 'temperature'"):
+        run_attack("lm-rmia", view, temperature=2.0)
+    for name in ("rmia", "informia"):
+        with pytest.raises(AttackError, match="sequence bank"):
+            run_attack(name, view, temperature=2.0)
+    assert np.isfinite(run_attack("rmia", view, temperature=1.0).scores[view.audit]).any()
+
+
 def test_rapid_features_match_naive_on_target_and_shadows(bank):
     loss = -naive_loglik(bank)
     view = TargetView.of(bank, 1)

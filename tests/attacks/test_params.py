@@ -96,9 +96,10 @@ def test_miaudit_attacks_rmia(capsys):
     ]
     rows = [ln for ln in lines if ln.startswith("    ") and not ln.startswith("     ")]
     assert rows == [
-        "    a          float  [0, 1]         default 0.3",
-        "    gamma      float  > 0            default 2.0",
-        "    tie_break  str    {none, ratio}  default ratio",
+        "    a            float  [0, 1]         default 0.3",
+        "    gamma        float  > 0            default 2.0",
+        "    tie_break    str    {none, ratio}  default ratio",
+        "    temperature  float  > 0            default 1.0",
     ]
     meanings = [ln for ln in lines if ln.startswith("        ")]
     assert meanings[0].startswith("        offline Pr(x) = ((1 + a) mean_OUT")
@@ -109,7 +110,7 @@ def test_miaudit_attacks_rmia(capsys):
 def test_miaudit_attacks_lists_parameters_compactly(capsys):
     assert main(["attacks"]) == 0
     out = capsys.readouterr().out
-    assert "    params: a=0.3, gamma=2.0, tie_break=ratio\n" in out
+    assert "    params: a=0.3, gamma=2.0, tie_break=ratio, temperature=1.0\n" in out
     flat = " ".join(out.split())
     for spec in list_attacks():
         if spec.params:
@@ -333,7 +334,8 @@ def test_variants_share_the_function_with_other_defaults(digits_bank):
     np.testing.assert_array_equal(run_attack("lira-offline-fixed-variance", view).scores,
                                   run_attack("lira-offline", view, fixed_variance=True).scores)
     assert get_attack("lm-rmia").defaults == {"a": 0.3, "gamma": 1.0}
-    assert get_attack("rmia").defaults == {"a": 0.3, "gamma": 2.0, "tie_break": "ratio"}
+    assert get_attack("rmia").defaults == {"a": 0.3, "gamma": 2.0, "tie_break": "ratio",
+                                           "temperature": 1.0}
 
 
 def test_registration_refuses_undeclared_or_invalid_parameters(monkeypatch):

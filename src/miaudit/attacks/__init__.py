@@ -13,6 +13,7 @@ from miaudit.attacks import (  # noqa: F401  (importing a module registers its a
     lira,
     lm,
     lm_calibrated,
+    qmia,
     rapid,
     rmia,
     shokri,

@@ -15,7 +15,8 @@ distribution. `ll(n) = mean_{t < L_n} log p(x_t)` is the sequence log-likelihood
 - `lm-lira-offline` (Carlini et al. 2022): `log Phi((ll_t - mu_out) / s_out)`, a Gaussian fit
   to the OUT references' ll (lira.py's fit, equal counts); `lm-lira-offline-fixed-variance`
   pools one OUT variance over samples (few references).
-- `lm-rmia` (Zarifzadeh et al. 2024): offline RMIA (rmia.py) on `p = exp(ll)`.
+- `lm-rmia` (Zarifzadeh et al. 2024): offline RMIA (rmia.py) on `p = exp(ll)`; no softmax
+  temperature (the bank lacks the vocabulary's distribution; `lm_rmia` says why).
 - `lm-rapid` (He et al. 2024): RAPID's scorer on `[loss, loss - mean_OUT loss]`.
 - `blind` (Das et al. 2024): `-zlib_bytes / chars`, the text's compressibility; no model.
 """
@@ -157,6 +158,17 @@ def lm_lira_offline(view: TargetView, fixed_variance: bool, equal_counts: bool) 
     params=(OFFLINE_A, GAMMA.with_default(1.0)),
 )
 def lm_rmia(view: TargetView, a: float, gamma: float) -> np.ndarray:
+    """Offline RMIA on the sequence likelihood `p = exp(ll)`.
+
+    No softmax temperature (rmia's `temperature`), deliberately: the tempered probability of
+    a token is `softmax(z / T)[x] = p(x)^(1/T) / sum_v p(v)^(1/T)`, whose normaliser
+    `sum_v p(v)^(1/T) = E_{v~p}[exp((1/T - 1) log p(v))]` needs the whole next-token
+    distribution (every moment of log p(v) under p). A sequence bank keeps log p of the
+    actual token and only the mean and std of log p(v) (Min-K%++'s), so any tempered
+    likelihood built from it would be an approximation (e.g. a Gaussian in log p(v)), not the
+    paper's T. Tempering the per-token mean `ll` instead (`exp(ll / T)`) would only be a
+    monotone map of each model's likelihood, not a softmax temperature. Signalling the
+    models at temperature T (logits / T before the log-softmax) is the faithful way."""
     p_target = np.exp(view.target_seq_loglik())
     p_out = mean_over_out(np.exp(view.reference_seq_loglik()), view.out_mask())
     return offline_scores(p_target, p_out, view.population, a, gamma)

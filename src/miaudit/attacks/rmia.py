@@ -29,6 +29,13 @@ populations most samples share one value (84 % of `miaudit demo`'s). `tie_break:
 default) orders samples with equal counts by their ratio and never reorders different counts,
 so one target's samples rank exactly as their ratio does; `"none"` is the paper's score
 (docs/algorithms.md §6, EXPERIMENTS.md "RMIA ties").
+
+Temperature (`temperature`, rmia, rmia-online and informia): `Pr(x|theta)` is
+`softmax(logits / T)[y]` averaged over queries, as in the paper's configurations and LeakPro
+(T = 2 there). T = 1 is the model's own probability, read from the bank's cached statistic;
+any other T recomputes it from the logits (`tempered_prob_true`). A sequence bank's logits are
+a derived two-class view of the sequence likelihood, not a vocabulary, so T != 1 is refused
+there (lm-rmia explains why it has no temperature).
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ import numpy as np
 
 from miaudit.attacks.params import Param
 from miaudit.attacks.registry import Needs, register_attack
-from miaudit.attacks.view import TargetView, side_means
+from miaudit.attacks.view import SideMeans, TargetView, mean_over_out, side_means
 from miaudit.errors import AttackError
+from miaudit.signals.statistics import compute_statistics
 
 _TINY = np.finfo(np.float64).tiny  # keeps a zero Pr(x) (only possible with a = 1) finite
 
@@ -56,6 +64,60 @@ GAMMA = Param("gamma", 2.0, "float", "x dominates a population sample z when "
 TIE_BREAK_PARAM = Param("tie_break", TIE_BREAK, "str", "ratio: equal counts ordered by "
                         "ratio(x), different counts never swapped; none: the paper's count",
                         choices=TIE_BREAKS)
+# The default of rmia, rmia-online and informia: measured on development banks only
+# (bench/rmia_temperature.md).
+TEMPERATURE_DEFAULT = 1.0
+TEMPERATURE = Param("temperature", TEMPERATURE_DEFAULT, "float", "Pr(x|theta) = "
+                    "softmax(logits / temperature)[y], averaged over queries (the RMIA "
+                    "paper's configurations use 2; 1 is the model's own probability)",
+                    low=0.0, low_open=True)
+
+
+def tempered_prob_true(view: TargetView, temperature: float) -> tuple[np.ndarray, SideMeans]:
+    """The target's `Pr(x|theta_t)` [N] and the references' IN, OUT and all means of
+    `Pr(x|theta_r)` (`SideMeans`), with `Pr(x|theta) = mean_q softmax(z_q / T)[y]`.
+
+    T = 1 reads the bank's cached "prob_true" (the same pass every attack shares). Any other
+    T divides the logits by T in float64 and runs them through the same numerically careful
+    statistics pass (`compute_statistics`), one model and block of samples at a time, so no
+    [M, N, Q, C] float64 copy is ever made; the result is shared by every attack on this view
+    with that T (`view.memo`)."""
+    if not temperature > 0:
+        raise AttackError(f"RMIA's temperature must be positive; got {temperature}.")
+    if temperature == 1.0:
+        return view.target_query_mean("prob_true"), side_means(view, "prob_true")
+    if view.has_sequences:
+        raise AttackError(
+            "RMIA's temperature applies to a classifier's logits; this is a sequence bank, "
+            "whose logits are a derived two-class view of the sequence likelihood, not the "
+            "vocabulary's, so no faithful tempered probability exists (lm-rmia explains why "
+            "the bank cannot give one). Use temperature: 1 here."
+        )
+    return view.memo(("tempered_prob_true", float(temperature)),
+                     lambda: _tempered(view, float(temperature)))
+
+
+def _tempered(view: TargetView, temperature: float) -> tuple[np.ndarray, SideMeans]:
+    per_sample = view.n_queries * view.n_classes * 8 * 2  # the float64 block and its workspace
+
+    def model_probs(logits: np.ndarray) -> np.ndarray:
+        probs = np.empty(view.n_samples)
+        for block in view.sample_blocks(per_sample):
+            scaled = np.asarray(logits[block], dtype=np.float64) / temperature
+            stats = compute_statistics(scaled[None], view.labels[block], ("prob_true",))
+            probs[block] = stats["prob_true"][0].mean(axis=1)
+        return probs
+
+    target = model_probs(view.target_logits())
+    references = np.stack([model_probs(view.reference_logits(r))
+                           for r in range(view.n_references)]) if view.n_references else (
+        np.empty((0, view.n_samples)))
+    members = view.reference_membership
+    means = [mean_over_out(references, mask)
+             for mask in (members, view.out_mask(), np.ones_like(members))]
+    for array in (target, *means):
+        array.flags.writeable = False
+    return target, SideMeans(*means)
 
 
 def dominance(ratio_x: np.ndarray, ratio_z: np.ndarray, gamma: float,
@@ -116,12 +178,14 @@ def _ratio(p_target: np.ndarray, p_x: np.ndarray) -> np.ndarray:
     family="rmia",
     needs=Needs(out_references=1, population=True),
     description="Zarifzadeh et al. (offline): fraction of population z with LR(x, z) > gamma",
-    params=(OFFLINE_A, GAMMA, TIE_BREAK_PARAM),
+    params=(OFFLINE_A, GAMMA, TIE_BREAK_PARAM, TEMPERATURE),
 )
-def rmia_offline(view: TargetView, a: float, gamma: float, tie_break: str) -> np.ndarray:
-    """Offline RMIA (Zarifzadeh et al. 2024), Pr(x) from OUT references via parameter `a`."""
-    p_target = view.target_query_mean("prob_true")
-    p_out = side_means(view, "prob_true").non_members  # [N]; NaN without OUT refs
+def rmia_offline(view: TargetView, a: float, gamma: float, tie_break: str,
+                 temperature: float) -> np.ndarray:
+    """Offline RMIA (Zarifzadeh et al. 2024), Pr(x) from OUT references via parameter `a`,
+    probabilities at softmax temperature `temperature`."""
+    p_target, means = tempered_prob_true(view, temperature)
+    p_out = means.non_members  # [N]; NaN without OUT refs
     return offline_scores(p_target, p_out, view.population, a, gamma, tie_break)
 
 
@@ -147,16 +211,16 @@ def offline_ratio(p_target: np.ndarray, p_out: np.ndarray, a: float) -> np.ndarr
     family="rmia",
     needs=Needs(out_references=1, population=True),
     description="Tao & Shokri (reconstructed): bits log2 LR(x) minus the population's mean",
-    params=(OFFLINE_A,),
+    params=(OFFLINE_A, TEMPERATURE),
 )
-def informia(view: TargetView, a: float) -> np.ndarray:
+def informia(view: TargetView, a: float, temperature: float) -> np.ndarray:
     """InfoRMIA (Tao & Shokri, ICLR 2026; docs/algorithms.md §19, reconstructed from the
     paper's summary): the information gain of x in bits, `log2(Pr(x|theta_t) / Pr(x))` with
     offline RMIA's Pr(x) (parameter `a`), minus the population's mean of the same quantity,
     the estimate of the KL term that removes the target's overall shift. A continuous score:
-    no gamma, and no ties from counting population samples."""
-    p_target = view.target_query_mean("prob_true")
-    p_out = side_means(view, "prob_true").non_members
+    no gamma, and no ties from counting population samples. `temperature` as in rmia."""
+    p_target, means = tempered_prob_true(view, temperature)
+    p_out = means.non_members
     bits = np.log2(np.maximum(offline_ratio(p_target, p_out, a), _TINY))
     population_bits = bits[view.population]
     population_bits = population_bits[np.isfinite(population_bits)]
@@ -170,12 +234,14 @@ def informia(view: TargetView, a: float) -> np.ndarray:
     family="rmia",
     needs=Needs(in_references=1, out_references=1, population=True),
     description="Zarifzadeh et al. (online): Pr(x) = (mean_IN + mean_OUT)/2 over references",
-    params=(GAMMA, TIE_BREAK_PARAM),
+    params=(GAMMA, TIE_BREAK_PARAM, TEMPERATURE),
 )
-def rmia_online(view: TargetView, gamma: float, tie_break: str) -> np.ndarray:
-    """Online RMIA (Zarifzadeh et al. 2024): Pr(x) from IN and OUT references equally."""
-    p_target = view.target_query_mean("prob_true")
-    means = side_means(view, "prob_true")  # Pr(x|theta_r) averaged over IN, OUT, all refs
+def rmia_online(view: TargetView, gamma: float, tie_break: str,
+                temperature: float) -> np.ndarray:
+    """Online RMIA (Zarifzadeh et al. 2024): Pr(x) from IN and OUT references equally,
+    probabilities at softmax temperature `temperature`."""
+    # Pr(x|theta_r) averaged over IN, OUT and all references
+    p_target, means = tempered_prob_true(view, temperature)
     ratio_x = _ratio(p_target, 0.5 * (means.members + means.non_members))
     population = view.population
     ratio_z = _ratio(p_target[population], means.every[population])

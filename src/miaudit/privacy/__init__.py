@@ -5,7 +5,9 @@
 - :mod:`~miaudit.privacy.one_run` — one-run auditing with randomly included canaries (Steinke,
   Nasr & Jagielski 2023), pure ε and δ-corrected;
 - :mod:`~miaudit.privacy.gaussian_dp` — a μ-GDP lower bound and its ε at δ (Nasr et al. 2023,
-  "Tight Auditing"), an estimate that assumes a Gaussian trade-off curve.
+  "Tight Auditing"), an estimate that assumes a Gaussian trade-off curve;
+- :mod:`~miaudit.privacy.fdp_one_run` — one-run auditing of μ-GDP from the canaries' guesses
+  (Mahloujifar, Melis & Chaudhuri 2025, "Auditing f-Differential Privacy in One Run").
 
 A pure library: numbers in, dataclasses out (``to_dict()`` for metrics.json); it reads no bank.
 """
@@ -18,6 +20,12 @@ from miaudit.privacy.bounds import (
     epsilon_from_counts,
     epsilon_lower_bound,
     split_halves,
+)
+from miaudit.privacy.fdp_one_run import (
+    FDPOneRunBound,
+    fdp_one_run_mu,
+    fdp_one_run_mu_from_counts,
+    fdp_one_run_rejects,
 )
 from miaudit.privacy.gaussian_dp import (
     GaussianDPBound,
@@ -58,4 +66,8 @@ __all__ = [
     "mu_from_rates",
     "gaussian_dp_from_counts",
     "gaussian_dp_lower_bound",
+    "FDPOneRunBound",
+    "fdp_one_run_rejects",
+    "fdp_one_run_mu_from_counts",
+    "fdp_one_run_mu",
 ]

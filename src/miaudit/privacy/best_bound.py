@@ -1,6 +1,8 @@
 """The best privacy bound of a run (docs/algorithms.md §16): every attack's bounds recounted at
 α / K over the K bounds compared (Bonferroni), so that the best holds at 1 − α, what it says of
-the target's claim, and the best μ-GDP bound the same way over the μ bounds.
+the target's claim, and the best μ-GDP bound the same way over the μ bounds (with
+``fdp_one_run=True``, the one-run f-DP bound of Mahloujifar, Melis & Chaudhuri 2025 on each
+(k₊, k₋) candidate's counts is a member of the μ family too: it is a μ-GDP bound).
 
 :func:`privacy_audit` reads only the attacks' typed metrics, so a caller can call it again
 after adding outcomes (a run's forgetting attacks); it returns a
@@ -16,7 +18,9 @@ import numpy as np
 
 from miaudit.errors import ConfigError
 from miaudit.privacy import (
+    OneRunBound,
     epsilon_from_counts,
+    fdp_one_run_mu_from_counts,
     gaussian_dp_from_counts,
     mu_array,
     one_run_epsilon_from_counts,
@@ -28,8 +32,12 @@ from miaudit.privacy.results import (
     EPSILON_LOWER_BOUND,
     GAUSSIAN_DP_LOWER_BOUND,
     ONE_RUN,
+    GuessCandidate,
 )
 from miaudit.records.outcomes import AttackOutcome
+
+# the kind (BestBound.kind) of a best μ that is a one-run f-DP bound on a one-run record's counts
+FDP_ONE_RUN = "fdp_one_run"
 
 
 def _tests(outcome: AttackOutcome) -> int:
@@ -78,10 +86,14 @@ def _recounted(outcome: AttackOutcome, alpha: float, family_alpha: float
     return found
 
 
-def _best_mu(outcomes: Sequence[AttackOutcome], alpha: float) -> tuple[int, BestBound | None]:
+def _best_mu(outcomes: Sequence[AttackOutcome], alpha: float, fdp_one_run: bool = False
+             ) -> tuple[int, BestBound | None]:  # fmt: skip
     """The number K of μ-GDP bounds and the largest, each recounted at α / K from its counts
     (τ as its selection half chose it), so that it holds at 1 − α: the ε rule of
-    :func:`privacy_audit` applied to μ. Ties: the first."""
+    :func:`privacy_audit` applied to μ. With ``fdp_one_run``, each (k₊, k₋) candidate of a
+    one-run record at δ > 0 is one more test, its f-DP bound computed from its counts at
+    α / K (a candidate whose count was not recorded still counts, and gives nothing). Ties:
+    the first (threshold bounds before f-DP ones)."""
     found = []
     for o in outcomes:
         for key in (GAUSSIAN_DP_LOWER_BOUND, CANARY_GAUSSIAN_DP_LOWER_BOUND):
@@ -89,20 +101,42 @@ def _best_mu(outcomes: Sequence[AttackOutcome], alpha: float) -> tuple[int, Best
                       else o.metrics.canary_gaussian_dp_lower_bound)
             if record is not None and record.bound is not None:
                 found.append((o.name, key, record.bound))
-    if not found:
+    # (attack, its one-run bound, a candidate): the f-DP members
+    guesses: list[tuple[str, OneRunBound, GuessCandidate]] = []
+    if fdp_one_run:
+        for o in outcomes:
+            one = o.metrics.one_run
+            if one is not None and one.bound is not None and one.bound.delta > 0.0:
+                guesses.extend((o.name, one.bound, c) for c in one.candidates)
+    k = len(found) + len(guesses)
+    if not k:
         return 0, None
-    k = len(found)
     mus = [float(mu_array(b.fp, b.n_nonmembers, b.fn, b.n_members, alpha / k))
            for _, _, b in found]
-    name, key, b = found[int(np.argmax(mus))]
-    # only the best's ε (a root search) is computed
-    again = gaussian_dp_from_counts(b.fp, b.n_nonmembers, b.fn, b.n_members, b.delta,
-                                    alpha / k, b.threshold)
-    return k, BestBound(again, name, key, alpha)
+    best: BestBound | None = None
+    top = -1.0  # the best μ so far
+    if found:
+        j = int(np.argmax(mus))
+        name, key, b = found[j]
+        # only the best's ε (a root search) is computed
+        again = gaussian_dp_from_counts(b.fp, b.n_nonmembers, b.fn, b.n_members, b.delta,
+                                        alpha / k, b.threshold)
+        best, top = BestBound(again, name, key, alpha), mus[j]
+    for name, run, c in guesses:
+        if c.correct is None:
+            continue
+        fdp = fdp_one_run_mu_from_counts(run.m, c.k_plus + c.k_minus, c.correct, run.delta,
+                                         alpha / k)
+        if fdp.mu > top:
+            # BestBound's annotation predates this bound (it reads back only the others)
+            best = BestBound(dataclasses.replace(fdp, k_plus=c.k_plus,  # type: ignore[arg-type]
+                                                 k_minus=c.k_minus), name, FDP_ONE_RUN, alpha)
+            top = fdp.mu
+    return k, best
 
 
-def privacy_audit(outcomes: Sequence[AttackOutcome], settings: PrivacySettings | PrivacyAudit
-                  ) -> PrivacyAudit:  # fmt: skip
+def privacy_audit(outcomes: Sequence[AttackOutcome], settings: PrivacySettings | PrivacyAudit,
+                  fdp_one_run: bool = False) -> PrivacyAudit:
     """``settings`` (an :meth:`EpsilonPlan.settings`, or the settings of a previous result of
     this function) with the best bound of all ``outcomes``: each of the K tests (a threshold
     bound is one; a one-run bound one per (k₊, k₋) candidate) recounted at α / K, the
@@ -111,7 +145,11 @@ def privacy_audit(outcomes: Sequence[AttackOutcome], settings: PrivacySettings |
     no smaller than the claim's; ``refutes_claim``, above it with a proof and no shifted
     split). Then the best μ-GDP bound (``best_mu``), the same rule over the
     ``mu_bounds_compared`` μ bounds: a family of its own, so each best holds at 1 − α on its
-    own (both together at 1 − 2α); its ε is an estimate and refutes nothing. Model-free
+    own (both together at 1 − 2α); its ε is an estimate and refutes nothing. With
+    ``fdp_one_run``, the μ family also counts every (k₊, k₋) candidate of each one-run
+    record at δ > 0 as a test and offers its one-run f-DP bound (Mahloujifar, Melis &
+    Chaudhuri 2025; kind :data:`FDP_ONE_RUN`); off by default until the report words that
+    kind and :class:`~miaudit.privacy.audit_record.BestBound` reads it back. Model-free
     attacks have no bounds (``MODEL_FREE_REASON``), so they never count here."""
     if isinstance(settings, PrivacyAudit):
         settings = settings.settings
@@ -122,7 +160,7 @@ def privacy_audit(outcomes: Sequence[AttackOutcome], settings: PrivacySettings |
         for bound in (b for o in outcomes for b in _recounted(o, alpha / k, alpha)):
             if bound is not None and (best is None or bound.epsilon > best.epsilon):
                 best = bound
-    k_mu, best_mu = _best_mu(outcomes, alpha)
+    k_mu, best_mu = _best_mu(outcomes, alpha, fdp_one_run)
     return PrivacyAudit(settings, bounds_compared=k, best=best,
                         claim_finding=claim_finding(settings, best),
                         mu_bounds_compared=k_mu, best_mu=best_mu)
