@@ -178,3 +178,32 @@ def digits():
     x = (data.images[:300] / 16.0).astype(np.float32)[:, None]
     y = data.target[:300].astype(np.int64)
     return x, y
+
+
+@pytest.fixture(scope="session")
+def base_folder(tmp_path_factory, docstring_texts):
+    """A save_pretrained folder: a tiny random Llama and a byte-level BPE trained on the
+    test texts, with a pad token of its own."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<eos>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(docstring_texts[0], trainer)
+    from tokenizers import decoders
+
+    tok.decoder = decoders.ByteLevel()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>",
+                                                eos_token="<eos>")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=64, pad_token_id=0, eos_token_id=1, bos_token_id=None,
+    )  # fmt: skip
+    folder = tmp_path_factory.mktemp("base") / "tiny-llama"
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder

