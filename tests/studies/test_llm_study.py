@@ -1,7 +1,6 @@
 """The llm study end to end on a tiny random Llama (the session's ``base_folder``) and
-standard-library docstrings: one training run per repetition, each epochs value of the sweep a
-cell of its own (the later ones load the adapters from the cache), the secret canaries'
-exposure and the summary."""
+standard-library docstrings: one training run per repetition, every epochs checkpoint of the
+sweep scored, the secret canaries' exposure and the summary."""
 
 from __future__ import annotations
 
@@ -48,8 +47,10 @@ def test_the_study_scores_each_epochs_checkpoint_and_resumes(tmp_path, overrides
         assert (part["n_nonmembers"] + part["n_members"] == overrides["setup"]["split"]["audit"]
                 ).all()
     first, last = (table[table["epochs"] == e].iloc[0] for e in (1, 3))
-    # one training run: the last epochs' cell trained nothing, its adapters came from the cache
-    assert first["models_trained"] >= 1 and last["models_trained"] == 0
+    assert first["models_trained"] == 1  # one training run for the whole sweep
+    # the base model, queried once, scores every checkpoint alike
+    base = table[table["attack"] == "lm-base-reference"]
+    assert base["auc"].notna().all()
     assert last["target_train_ppl"] < first["target_train_ppl"]  # 3 epochs fit the members more
     assert first["canaries_in"] + first["canaries_out"] == 12
     assert 0 <= first["exposure_in_median"] <= first["exposure_cap"]
@@ -66,7 +67,7 @@ def test_the_study_scores_each_epochs_checkpoint_and_resumes(tmp_path, overrides
 def test_bad_sweeps_are_refused():
     base = {"epochs": [1, 2], "references": 0, "repetitions": 1, "attacks": ATTACKS,
             "bootstrap": 10, "device": "cpu"}
-    assert [c.params["epochs"] for c in cells(base)] == [1, 2]
+    assert [c.params["epochs_sweep"] for c in cells(base)] == [[1, 2]]
     for bad in ([], [0], [2, 2], "3"):
         with pytest.raises(StudyError, match="epochs"):
             cells({**base, "epochs": bad})

