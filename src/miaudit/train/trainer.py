@@ -66,6 +66,10 @@ log = logging.getLogger(__name__)
 # So on CPU: 1 intra-op thread per process, up to MAX_STACK models per stacked group, and one
 # worker process per core once the work outweighs starting them (see parallel.py).
 MAX_STACK = 10
+# Pretrained transformers are large matrix products (SmolLM2-135M: 135M parameters): trained
+# one at a time on the CPU, each takes torch's threads (every core, unless a study worker was
+# given fewer) as intra-op threads; the rule above is for small models.
+LARGE_ARCHITECTURES = ("hf-causal-lm", "minilm", "hf")
 
 
 def _worker_count(workers: int | None, on_cpu: bool, samples: int, models: int) -> int:
@@ -160,9 +164,13 @@ def _train_here(
     y = as_device_tensor(labels, device, torch.int64)
     n_classes = infer_num_classes(y) if num_classes is None else int(num_classes)
     sizes = [len(check_indices(i, len(x))) for i in index_sets]
-    threads = (1 if on_cpu else None) if num_threads is None else int(num_threads)
     workers = _worker_count(workers, on_cpu, sum(sizes) * recipe.epochs, len(seeds))
     groups = stacked.plan_groups(sizes, stacked.can_stack(recipe), max_stack, workers)
+    threads = (1 if on_cpu else None) if num_threads is None else int(num_threads)
+    if num_threads is None and on_cpu and recipe.architecture in LARGE_ARCHITECTURES:
+        concurrent = workers if workers > 1 and len(groups) > 1 else 1
+        # torch's own count: a study worker sharing the cores has been given fewer
+        threads = max(1, torch.get_num_threads() // concurrent)
     done: set[int] = set()
     # One group shows its own epoch bar; a models-done bar over it would say nothing more.
     bar = progress_bar(len(seeds), f"training {len(seeds)} models", "model",
