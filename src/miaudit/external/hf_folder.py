@@ -10,6 +10,12 @@ goes on as for a PyTorch module (``Target.kind == "hf"``, white box):
 - a causal LM answers sequence signals (:func:`miaudit.signals.assemble.lm_signals`), read by
   the language-model attacks (the default attack list for it), the blind baseline included.
 
+A PEFT LoRA adapter folder (``adapter_config.json`` + ``adapter_model.safetensors``,
+:func:`miaudit.models.hf.inspect_adapter`) is audited as its base model (``model.base_model``,
+else adapter_config.json's ``base_model_name_or_path`` when that is a local folder) with the
+adapter merged in; that base is also lm-base-reference's reference and the references' starting
+point, and the summary records the adapter (rank, targets, sha256).
+
 Reference models are the ``hf`` architecture trained by miaudit's trainer on public rows:
 fine-tuned from ``references.base`` (the pretrained checkpoint the target was fine-tuned
 from, as the RAPID paper does for BERT) when given, else the target's config trained from
@@ -38,9 +44,12 @@ from miaudit.models.hf import (
     CAUSAL_LM,
     HFFolder,
     HFModule,
+    adapter_folder,
     encode_texts,
     folder_digest,
+    inspect_adapter,
     inspect_folder,
+    is_adapter_folder,
     load_folder_model,
 )
 from miaudit.signals import SignalBank
@@ -66,8 +75,11 @@ class HFTarget:
         return self.folder.task == CAUSAL_LM
 
     def meta(self) -> dict[str, Any]:
+        adapter = self.folder.adapter
         return {"hf_architecture": self.folder.architecture, "hf_task": self.folder.task,
-                "max_length": self.max_length, "texts_truncated": self.truncated}
+                "max_length": self.max_length, "texts_truncated": self.truncated,
+                **({} if adapter is None else {"hf_model": adapter.describe(),
+                                               "hf_adapter": adapter.meta()})}
 
 
 # --- the folder's tokenizer ------------------------------------------------------------------
@@ -97,11 +109,13 @@ def load_tokenizer(folder: HFFolder) -> tuple[Any, int]:
         tok = Tokenizer.from_file(str(folder.tokenizer))
     except Exception as exc:  # tokenizers raises its own exception type
         raise ConfigError(f"{folder.tokenizer} is not a readable tokenizer.json: {exc}") from exc
+    # its special tokens beside it (an adapter folder may use its base model's tokenizer)
+    where = folder.tokenizer.parent if folder.tokenizer is not None else folder.path
     candidates = [
-        tok.token_to_id(t) if (t := _special(folder.path, "pad_token")) else None,
+        tok.token_to_id(t) if (t := _special(where, "pad_token")) else None,
         folder.config.get("pad_token_id"),
         tok.token_to_id("[PAD]"), tok.token_to_id("<pad>"),
-        tok.token_to_id(t) if (t := _special(folder.path, "eos_token")) else None,
+        tok.token_to_id(t) if (t := _special(where, "eos_token")) else None,
         folder.config.get("eos_token_id"),
     ]  # fmt: skip
     pad = next((int(c) for c in candidates if isinstance(c, int) and c >= 0), None)
@@ -119,7 +133,11 @@ def load_tokenizer(folder: HFFolder) -> tuple[Any, int]:
 def hf_task(cfg: AuditConfig) -> str | None:
     """The task of ``model.hf_model`` (None without one); the folder is checked here, before
     any other work, and so is ``model.base_model`` (a causal LM's only; a name, folder or
-    .gguf file that exists)."""
+    .gguf file that exists). An adapter folder is a causal LM whose base must be known here:
+    given, or a local folder named in its adapter_config.json."""
+    if cfg.model.hf_model and is_adapter_folder(cfg.model.hf_model):
+        inspect_adapter(cfg.model.hf_model, cfg.model.base_model)
+        return CAUSAL_LM
     task = inspect_folder(cfg.model.hf_model).task if cfg.model.hf_model else None
     if cfg.model.base_model:
         if task != CAUSAL_LM:
@@ -157,8 +175,24 @@ def _tokens(ds: Dataset, hf: HFTarget) -> tuple[Dataset, np.ndarray]:
 
 
 def load_hf_target(cfg: AuditConfig, data: AuditData) -> tuple[Target, AuditData]:
-    """The folder's model as a Target, and the audit data tokenized with its tokenizer."""
-    folder = inspect_folder(cfg.model.hf_model)
+    """The folder's model as a Target, and the audit data tokenized with its tokenizer.
+
+    An adapter folder whose base comes from its adapter_config.json sets
+    ``cfg.model.base_model`` to that folder: the base is then lm-base-reference's reference,
+    as a base given with --base-model is, and the summary's base_model names it."""
+    notes: list[str] = []
+    if is_adapter_folder(cfg.model.hf_model):
+        from miaudit.train.model_cache import default_cache_dir
+
+        adapter = inspect_adapter(cfg.model.hf_model, cfg.model.base_model)
+        folder = adapter_folder(adapter, cfg.cache_dir if cfg.cache_dir else default_cache_dir())
+        if adapter.base_from_config:
+            cfg.model.base_model = adapter.base
+            notes.append(f"the adapter's base model is {adapter.base}, named by its "
+                         "adapter_config.json (base_model_name_or_path); give --base-model "
+                         "(model.base_model) if it was trained on another")
+    else:
+        folder = inspect_folder(cfg.model.hf_model)
     if data.kind != "text":
         raise ConfigError(
             f"a Hugging Face model folder is audited on texts, but the audit data "
@@ -198,13 +232,13 @@ def load_hf_target(cfg: AuditConfig, data: AuditData) -> tuple[Target, AuditData
                                 data.population_rows)
     hf.truncated = int(cut[data.audit_rows].sum()) + (0 if cut_public is None else int(
         cut_public[np.concatenate([data.pool_rows, data.population_rows])].sum()))
-    notes = []
     if hf.truncated:
         notes.append(f"{hf.truncated} of {len(features)} texts (audit and public rows) were "
                      f"longer than max_length {max_length} tokens and cut, as the tokenizer "
                      "truncates; raise model.max_length if the model saw more of them")
-    target = Target("hf", f"{folder.architecture} from {folder.path}", module=module,
-                    notes=notes, hf=hf)
+    name = (f"{folder.architecture} from {folder.path}" if folder.adapter is None else
+            f"{folder.adapter.describe()} ({folder.architecture}, from {folder.path})")
+    target = Target("hf", name, module=module, notes=notes, hf=hf)
     return target, dataclasses.replace(data, features=features, data=tokens, public=public,
                                        texts=data.features)
 
@@ -273,6 +307,9 @@ def hf_recipe(cfg: AuditConfig, target: Target) -> tuple[Recipe | None, str | No
             )
         params = {"folder": str(base.path), "folder_sha256": folder_digest(base.path),
                   "init": "pretrained"}
+    elif hf.folder.base is not None:  # an adapter's base: the checkpoint it was trained from
+        params = {"folder": str(hf.folder.base), "init": "pretrained",
+                  "folder_sha256": folder_digest(hf.folder.base)}
     else:
         params = {"folder": str(hf.folder.path), "init": "scratch",
                   "folder_sha256": folder_digest(hf.folder.path, weights=False)}
@@ -287,6 +324,13 @@ def reference_note(target: Target, n: int, recipe: dict[str, Any] | None) -> str
     if (recipe or {}).get("architecture") != "hf":
         return (f"The {n} reference models use a stand-in architecture, not the model's own; "
                 "reference-based attacks may understate the leak.")
+    adapter = getattr(target.hf.folder, "adapter", None) if target.hf is not None else None
+    if params.get("init") == "pretrained" and adapter is not None and (
+            params.get("folder") == str(target.hf.folder.base)):
+        return (f"The {n} reference models were fine-tuned (all weights, not a LoRA adapter) "
+                f"from the adapter's base model {adapter.base} on public data with the recipe "
+                "stated in the audit config; if the adapter was trained otherwise, "
+                "reference-based attacks are weaker than an informed attacker's.")
     if params.get("init") == "pretrained":
         return (f"The {n} reference models were fine-tuned from {params.get('folder')} "
                 "(references.base) on public data with the recipe stated in the audit config; "

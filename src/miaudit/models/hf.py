@@ -17,15 +17,25 @@ end-of-text token). So features hold the ids with the tokenizer's pad id and 0 s
 (:func:`swap_pad`, its own inverse); the wrappers swap them back before the model sees them,
 and a causal LM's logits are permuted the same way, so ``logits[..., i]`` scores feature id i.
 
-``transformers`` and ``tokenizers`` are imported inside the functions that need them.
+**PEFT adapter folders.** A folder holding ``adapter_config.json`` and an adapter's weights
+but no model weights (``peft_model.save_pretrained(DIR)``) is a LoRA adapter on a base model
+(:func:`inspect_adapter`): a base-model name, folder or ``.gguf``
+(:mod:`miaudit.models.pretrained`). :func:`load_folder_model` applies it to the base and merges
+it (``merge_and_unload``), so the audited model is a plain causal LM like a merged folder's,
+and refuses an adapter whose weights do not all land in the base (another base).
+
+``transformers``, ``tokenizers`` and ``peft`` are imported inside the functions that need them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
+import os
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +56,9 @@ INITS = ("pretrained", "scratch")
 _WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _SAVE_HINT = "model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR)"
+ADAPTER_CONFIG = "adapter_config.json"  # peft_model.save_pretrained(DIR) writes it
+_ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+_BASE_FLAG = "--base-model (model.base_model, base_model=)"
 
 
 def task_of(architecture: str) -> str | None:
@@ -67,6 +80,11 @@ class HFFolder:
     task: str  # CLASSIFIER | CAUSAL_LM
     weights: tuple[Path, ...]  # the weight files (shards and their index included)
     tokenizer: Path | None  # tokenizer.json
+    # an adapter folder (``path``): the adapter, and the base's save_pretrained folder (a
+    # GGUF's conversion) whose config, weights and tokenizer (unless the adapter has its own)
+    # the fields above are
+    adapter: Adapter | None = None
+    base: Path | None = None
 
     @property
     def max_positions(self) -> int | None:
@@ -92,6 +110,130 @@ def _weight_files(path: Path) -> tuple[Path, ...]:
     return tuple(path / name for name in _WEIGHT_FILES if (path / name).is_file())
 
 
+@dataclass(frozen=True)
+class Adapter:
+    """A PEFT LoRA adapter folder (``adapter_config.json`` + its weights) and the base model it
+    is applied to: the audited model is the base with the adapter merged in."""
+
+    path: Path
+    config: dict[str, Any]  # adapter_config.json
+    weights: Path  # adapter_model.safetensors (or .bin)
+    base: str  # the base model: a name, a save_pretrained folder or a .gguf file
+    base_from_config: bool  # the base is adapter_config.json's base_model_name_or_path
+
+    @property
+    def rank(self) -> int:
+        return int(self.config.get("r") or 8)
+
+    @property
+    def targets(self) -> list[str]:
+        found = self.config.get("target_modules") or []
+        return [found] if isinstance(found, str) else sorted(map(str, found))
+
+    def describe(self) -> str:
+        """What the report calls the model, e.g. "a LoRA adapter (r=4, targets q_proj, v_proj)
+        on smollm2-135m"."""
+        return (f"a LoRA adapter (r={self.rank}, targets {', '.join(self.targets) or 'none'}) "
+                f"on {self.base}")
+
+    def digest(self) -> str:
+        """sha256 over adapter_config.json and the adapter weights (:func:`adapter_digest`)."""
+        return adapter_digest(self.path)
+
+    def meta(self) -> dict[str, Any]:
+        """The adapter as the audit's summary records it."""
+        return {"peft_type": str(self.config.get("peft_type")), "r": self.rank,
+                "lora_alpha": self.config.get("lora_alpha"), "targets": self.targets,
+                "base_model": self.base,
+                "base_from": (ADAPTER_CONFIG if self.base_from_config else "model.base_model"),
+                "folder": str(self.path), "adapter_sha256": self.digest()}
+
+
+def _adapter_weights(path: Path) -> Path | None:
+    return next((path / n for n in _ADAPTER_WEIGHTS if (path / n).is_file()), None)
+
+
+def is_adapter_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a PEFT adapter folder: ``adapter_config.json`` and no model weights
+    of its own (a folder with both holds a merged model, audited as such)."""
+    folder = Path(path).expanduser()
+    return (folder / ADAPTER_CONFIG).is_file() and not _weight_files(folder)
+
+
+def inspect_adapter(
+    path: str | Path, base_model: str | os.PathLike[str] | None, what: str = "model.hf_model"
+) -> Adapter:
+    """The adapter folder at ``path`` checked, on ``base_model`` (a name, folder or .gguf;
+    None: adapter_config.json's ``base_model_name_or_path`` when that is a local folder, since
+    nothing is ever downloaded). A ConfigError naming the fix for another PEFT method than
+    LoRA, an adapter of another task than a causal LM, missing weights or no base."""
+    from miaudit.models.pretrained import list_base_models, resolve_base_model
+
+    folder = Path(path).expanduser().resolve()
+    try:
+        config = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{folder / ADAPTER_CONFIG} is not readable JSON: {exc}") from exc
+    merge_hint = ("merge it into its base (PeftModel.from_pretrained(base, DIR)"
+                  ".merge_and_unload().save_pretrained(OUT), with the tokenizer) and audit OUT")
+    kind = str(config.get("peft_type") or "")
+    if kind.upper() != "LORA":
+        raise ConfigError(f"{what} {folder} is a PEFT {kind or 'adapter of no stated type'} "
+                          f"adapter; miaudit applies LoRA adapters only: {merge_hint}.")
+    task = config.get("task_type")
+    if task not in (None, "CAUSAL_LM"):
+        raise ConfigError(
+            f"{what} {folder} is a LoRA adapter for task_type {task} (adapter_config.json); "
+            "miaudit applies adapters of causal LMs (task_type CAUSAL_LM) only: for a "
+            f"classifier, {merge_hint.replace('base', 'base classifier', 1)}."
+        )
+    weights = _adapter_weights(folder)
+    if weights is None:
+        raise ConfigError(
+            f"{what} {folder} has adapter_config.json but no adapter weights "
+            f"({' or '.join(_ADAPTER_WEIGHTS)}): save them with peft_model.save_pretrained(DIR)."
+        )
+    named = config.get("base_model_name_or_path")
+    if base_model:
+        base, from_config = str(base_model), False
+    elif isinstance(named, str) and named and Path(named).expanduser().is_dir():
+        base, from_config = str(Path(named).expanduser().resolve()), True
+    else:
+        said = (f"names the base model {named!r}, not a local folder" if named else
+                "names no base model (base_model_name_or_path)")
+        raise ConfigError(
+            f"{what} {folder} is a LoRA adapter whose adapter_config.json {said}; miaudit never "
+            f"downloads a model: give the base model it was trained on with {_BASE_FLAG}: a "
+            f"name ({', '.join(list_base_models())}), a save_pretrained folder or a .gguf file."
+        )
+    resolve_base_model(base)  # a name installed, a folder with config.json, a .gguf that exists
+    return Adapter(folder, config, weights, base, from_config)
+
+
+def adapter_folder(adapter: Adapter, cache_dir: str | os.PathLike[str] | None) -> HFFolder:
+    """The audited model of an adapter folder as an :class:`HFFolder`: the base's config and
+    weights (a GGUF base converted once into ``cache_dir``, as
+    :func:`miaudit.models.pretrained.load_base_model` does), the adapter's tokenizer.json if
+    it saved one, else the base's."""
+    from miaudit.models.pretrained import converted_folder, resolve_base_model
+
+    spec = resolve_base_model(adapter.base)
+    root = spec.path if spec.kind == "folder" else converted_folder(spec, cache_dir)
+    base = inspect_folder(root, "the adapter's base model", tokenizer=False, task=CAUSAL_LM)
+    tok = next((p for p in (adapter.path / "tokenizer.json", base.path / "tokenizer.json")
+                if p.is_file()), None)  # fmt: skip
+    if tok is None:
+        raise ConfigError(
+            f"neither the adapter folder {adapter.path} nor its base model {adapter.base} has a "
+            "tokenizer.json: save the tokenizer the adapter was trained with beside it "
+            "(tokenizer.save_pretrained(DIR))."
+        )
+    return dataclasses.replace(base, path=adapter.path, tokenizer=tok, adapter=adapter,
+                               base=base.path)
+
+
 def inspect_folder(
     path: str | Path, what: str = "model.hf_model", weights: bool = True, tokenizer: bool = True,
     task: str | None = None,
@@ -109,6 +251,12 @@ def inspect_folder(
     try:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
+        if (path / ADAPTER_CONFIG).is_file():  # an adapter where only a full model is read
+            raise ConfigError(
+                f"{what} {path} is a PEFT adapter folder (adapter_config.json, no config.json); "
+                f"give the base model's save_pretrained folder here, or merge the adapter "
+                f"(merge_and_unload) and save the merged model with {_SAVE_HINT}."
+            ) from None
         raise ConfigError(
             f"{what} {path} has no config.json: it is not a save_pretrained folder; save the "
             f"model with {_SAVE_HINT}."
@@ -164,6 +312,14 @@ def folder_digest(path: str | Path, weights: bool = True) -> str:
     from the folder depends on. Memoised by file size and modification time."""
     folder = Path(path).expanduser().resolve()
     files = [folder / "config.json", *(_weight_files(folder) if weights else ())]
+    return _digest(tuple((f.name, str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+
+
+def adapter_digest(path: str | Path) -> str:
+    """sha256 over adapter_config.json and the adapter weights: what the audited model of an
+    adapter folder depends on besides its base. Memoised as :func:`folder_digest` is."""
+    folder = Path(path).expanduser().resolve()
+    files = [folder / ADAPTER_CONFIG, *filter(None, [_adapter_weights(folder)])]
     return _digest(tuple((f.name, str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
 
 
@@ -349,6 +505,8 @@ def load_folder_model(
     randomly initialised from torch's RNG) wrapped for feature ids. ``num_labels`` (a
     classifier) replaces the head's width; ``strict``: every weight must come from the folder
     (the audited model), else a ConfigError naming what is missing."""
+    if folder.adapter is not None and init == "pretrained":
+        return _load_adapter_model(folder, token_pad)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
     auto = AutoModelForCausalLM if folder.task == CAUSAL_LM else AutoModelForSequenceClassification
@@ -384,6 +542,56 @@ def load_folder_model(
         model.config.pad_token_id = int(token_pad)  # decoders find the last token by it
     wrapper = HFCausalLM if folder.task == CAUSAL_LM else HFClassifier
     return wrapper(model, token_pad).eval()
+
+
+def _load_adapter_model(folder: HFFolder, token_pad: int) -> HFCausalLM:
+    """The base (float32, :func:`miaudit.models.pretrained.load_base_model`) with the adapter
+    applied by ``peft`` and merged: a plain causal LM. Every tensor of the adapter file must be
+    the adapter's weight in the model after loading and the model must have no LoRA weight the
+    file lacks, else a ConfigError naming both: a base of other module names or shapes would
+    otherwise leave an adapter partly at its random (or zero) initialisation, silently."""
+    from miaudit.models.pretrained import load_base_model
+
+    adapter, base_path = folder.adapter, folder.base
+    assert adapter is not None and base_path is not None
+    try:
+        from peft import PeftModel, get_peft_model_state_dict
+        from peft.utils import load_peft_weights
+    except ImportError:
+        raise ConfigError(f"{folder.path} is a PEFT adapter: applying it needs the peft "
+                          "package; install it with: pip install 'miaudit[llm]'") from None
+    base, _ = load_base_model(base_path, device="cpu")  # the folder (a GGUF: its conversion)
+    fix = (f"the adapter in {adapter.path} does not fit the base model {adapter.base} "
+           f"({folder.architecture})")
+    hint = f"give the base model the adapter was trained on with {_BASE_FLAG}"
+    try:
+        with _quiet(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # peft's missing-key warning: checked below
+            model = PeftModel.from_pretrained(base, str(adapter.path), is_trainable=False,
+                                              local_files_only=True)
+            saved = load_peft_weights(str(adapter.path), device="cpu")
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
+        first = str(exc).strip().splitlines()
+        detail = " ".join(line.strip() for line in first[:2])
+        raise ConfigError(f"{fix}: {type(exc).__name__}: {detail[:400]}; {hint}.") from exc
+    # save_embedding_layers explicit: peft's "auto" would ask the hub about the base's name
+    loaded = get_peft_model_state_dict(model, save_embedding_layers=False)
+    if set(saved) - set(loaded):  # a resized vocabulary: the embeddings were saved too
+        loaded.update(get_peft_model_state_dict(model, save_embedding_layers=True))
+    unused, untrained = sorted(set(saved) - set(loaded)), sorted(set(loaded) - set(saved))
+    differ = sorted(k for k in set(saved) & set(loaded)
+                    if saved[k].shape != loaded[k].shape
+                    or not torch.equal(saved[k].to(loaded[k].dtype), loaded[k].cpu()))
+    for keys, why in ((unused, "of the adapter's tensors have no place in the base"),
+                      (untrained, "of the base's adapted modules have no weights in the file"),
+                      (differ, "of the adapter's tensors were not loaded as saved")):
+        if keys:
+            raise ConfigError(f"{fix}: {len(keys)} {why} (e.g. {', '.join(keys[:3])}); {hint}.")
+    merged = model.merge_and_unload()
+    if hasattr(merged, "set_attn_implementation"):
+        with contextlib.suppress(Exception):  # eager: as load_folder_model, torch.func traces it
+            merged.set_attn_implementation("eager")
+    return HFCausalLM(merged, token_pad).eval()
 
 
 @register_model("hf")
