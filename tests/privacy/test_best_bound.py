@@ -8,14 +8,16 @@ import numpy as np
 import pytest
 
 from miaudit.privacy import (
+    FDPOneRunBound,
     fdp_one_run_mu_from_counts,
     gaussian_dp_from_counts,
     one_run_epsilon_from_counts,
 )
-from miaudit.privacy.audit_record import PrivacySettings
-from miaudit.privacy.best_bound import FDP_ONE_RUN, privacy_audit
+from miaudit.privacy.audit_record import BestBound, PrivacyAudit, PrivacySettings
+from miaudit.privacy.best_bound import privacy_audit
 from miaudit.privacy.results import (
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
+    FDP_ONE_RUN,
     GuessCandidate,
     OneRunEpsilon,
     ThresholdGaussianDP,
@@ -46,10 +48,29 @@ SETTINGS = PrivacySettings(claimed=None, alpha=ALPHA, delta=DELTA, delta_source=
                            split_seed=0)
 
 
-def test_off_by_default_the_mu_family_is_the_threshold_bounds():
+def test_on_by_default_and_off_the_mu_family_is_the_threshold_bounds():
+    outcome = _outcome("a", [100, 200])
+    on = privacy_audit([outcome], SETTINGS)
+    assert on == privacy_audit([outcome], SETTINGS, fdp_one_run=True)
+    assert on.mu_bounds_compared == 1 + 2  # the threshold μ bound and both candidates
+    off = privacy_audit([outcome], SETTINGS, fdp_one_run=False)
+    assert off.mu_bounds_compared == 1
+    assert off.best_mu is not None and off.best_mu.kind == CANARY_GAUSSIAN_DP_LOWER_BOUND
+
+
+def test_an_fdp_best_mu_is_read_back_as_one():
     audit = privacy_audit([_outcome("a", [100, 200])], SETTINGS)
-    assert audit.mu_bounds_compared == 1
-    assert audit.best_mu is not None and audit.best_mu.kind == CANARY_GAUSSIAN_DP_LOWER_BOUND
+    best = audit.best_mu
+    assert best is not None and best.kind == FDP_ONE_RUN
+    assert isinstance(best.bound, FDPOneRunBound)
+    data = best.to_dict()
+    assert data["bound"] == FDP_ONE_RUN and data["method"] == "one-run f-dp gaussian"
+    again = BestBound.from_dict(data)
+    assert again == best and isinstance(again.bound, FDPOneRunBound)
+    assert again.to_dict() == data and list(again.to_dict()) == list(data)  # key order too
+    assert again.mu == best.mu and again.epsilon == best.epsilon
+    # the whole audit too, as summary.json's privacy_audit (with its line) is read back
+    assert PrivacyAudit.from_dict({**audit.to_dict(), "line": "ignored"}) == audit
 
 
 def test_each_candidate_is_a_test_and_the_best_is_recounted_at_alpha_over_k():

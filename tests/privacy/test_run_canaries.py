@@ -14,15 +14,19 @@ import pytest
 from miaudit.config import config_from_dict
 from miaudit.errors import ConfigError
 from miaudit.pipeline import run
-from miaudit.privacy import min_canaries
-from miaudit.privacy.attack_bounds import one_run_record
+from miaudit.privacy import min_canaries, mu_array
+from miaudit.privacy.attack_bounds import correct_guesses, one_run_record
+from miaudit.privacy.audit_record import PrivacyAudit
 from miaudit.privacy.results import (
     CANARY_EPSILON_LOWER_BOUND,
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
+    FDP_ONE_RUN,
+    GAUSSIAN_DP_LOWER_BOUND,
     ONE_RUN,
     OneRunEpsilon,
 )
 from miaudit.privacy.run_canaries import canary_delta, check_canaries
+from miaudit.privacy.sections import BOUND_WORDS, privacy_line
 from miaudit.protocol import make_design, make_split
 from miaudit.records.outcomes import AttackMetrics
 from miaudit.report import format_table
@@ -113,13 +117,67 @@ def test_every_attack_has_a_one_run_bound_and_an_overfit_target_leaks(runs):
     assert max(written[n][ONE_RUN]["epsilon"] for n in ATTACKS) > 0.5
     audit = result.meta["privacy_audit"]
     assert audit.best.epsilon > 0 and audit.bounds_compared == 9
-    # μ: one bound on the audit samples and one on the canaries per attack
-    assert audit.mu_bounds_compared == 6
+    # μ: one threshold bound on the audit samples and one on the canaries per attack, and
+    # one f-DP test per (k₊, k₋) candidate of each attack's one-run record (δ > 0)
+    assert audit.mu_bounds_compared == _mu_tests(written) == 2 * len(ATTACKS) + len(
+        ATTACKS) * len(audit.settings.canaries.guesses)
     frame = result.to_frame()
     assert set(frame[frame.metric == ONE_RUN].attack) == set(ATTACKS)
     text = format_table(result)
     assert "ε 1-run" in text and "Privacy audit" in text and "k₊" in text
     assert "μ lb (canaries)" in text
+
+
+def _mu_tests(written: dict) -> int:
+    """K_μ of a run's metrics.json (docs/algorithms.md §16): every threshold μ bound given,
+    and every (k₊, k₋) candidate of a one-run record with a bound at δ > 0."""
+    k = 0
+    for name in ATTACKS:
+        entries = written[name]
+        k += sum(entries.get(key, {}).get("mu") is not None
+                 for key in (GAUSSIAN_DP_LOWER_BOUND, CANARY_GAUSSIAN_DP_LOWER_BOUND))
+        one = entries[ONE_RUN]
+        if one.get("epsilon") is not None and one["delta"] > 0:
+            k += len(one["candidates"])
+    return k
+
+
+def test_the_one_run_fdp_bound_can_be_the_best_mu_and_the_report_words_it(runs):
+    """More guesses on the same mislabelled canaries (the guesses change no model: both
+    models come from the cache): the one-run f-DP bound (Mahloujifar, Melis & Chaudhuri 2025)
+    on the memorised canaries beats every threshold μ bound, and the report says so."""
+    _, _, _, tmp = runs
+    guesses = [{"k_plus": 25, "k_minus": 25}, {"k_plus": 40, "k_minus": 40}]
+    cfg = _config(tmp, "fdp", canaries={"count": 100, "guesses": guesses})
+    result, out = run(cfg, progress=False, echo=False)
+    assert result.meta["models_trained"] == 0 and result.meta["models_from_cache"] == 2
+    written = json.loads((out / "metrics.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())["privacy_audit"]
+    assert summary["mu_bounds_compared"] == _mu_tests(written) == 2 * len(ATTACKS) + len(
+        ATTACKS) * len(guesses)
+    best = summary["best_mu"]
+    assert best["bound"] == FDP_ONE_RUN and best["method"] == "one-run f-dp gaussian"
+    assert best["alpha"] == pytest.approx(0.05 / summary["mu_bounds_compared"])
+    # its counts are a candidate's of that attack's one-run record
+    candidates = written[best["attack"]][ONE_RUN]["candidates"]
+    assert {"k_plus": best["k_plus"], "k_minus": best["k_minus"],
+            "correct": best["correct"]} in [
+        {k: c[k] for k in ("k_plus", "k_minus", "correct")} for c in candidates]
+    # above every threshold μ bound recounted at the same α / K (each alone, at α, may be
+    # higher: the Bonferroni recount is what the best pays)
+    each = 0.05 / summary["mu_bounds_compared"]
+    recounted = [float(mu_array(e["fp"], e["n_nonmembers"], e["fn"], e["n_members"], each))
+                 for e in (written[n][key] for n in ATTACKS for key in (
+                     GAUSSIAN_DP_LOWER_BOUND, CANARY_GAUSSIAN_DP_LOWER_BOUND))]
+    assert best["mu"] > max(recounted) and best["epsilon"] > 0
+    audit = PrivacyAudit.from_dict(summary)  # read back, the f-DP kind included
+    assert audit == result.meta["privacy_audit"] and audit.best_mu.kind == FDP_ONE_RUN
+    line = privacy_line(result)
+    assert BOUND_WORDS[FDP_ONE_RUN] in line and "μ-GDP assumed" in line
+    assert "if the trade-off curve is Gaussian" in line
+    assert summary["line"] == line
+    text = format_table(result)
+    assert BOUND_WORDS[FDP_ONE_RUN] in text and "Mahloujifar, Melis & Chaudhuri" in text
 
 
 def test_the_target_key_follows_the_canary_labels(runs):
@@ -170,6 +228,25 @@ def test_candidates_share_alpha_and_the_best_is_reported():
     typed = OneRunEpsilon.from_dict(record.to_dict())
     assert typed == record and typed.bound.alpha == 0.025 and typed.family_alpha == 0.05
     assert typed.epsilon == max(c.epsilon for c in typed.candidates) > 0
+
+
+def test_a_candidate_that_cannot_certify_keeps_its_count():
+    """Its ε None, its correct count recorded as one_run_epsilon counts it (for the one-run
+    f-DP bound of the best μ); a record written before it (count None) reads back too."""
+    rng = np.random.default_rng(1)
+    included = rng.random(400) < 0.5
+    scores = included + rng.normal(scale=0.5, size=400)
+    # (1, 1): two guesses can never certify ε > 0 at δ = 1e-5; (40, 40) can
+    record = one_run_record(scores, included, [(1, 1), (40, 40)], 1e-5, 0.05)
+    weak, strong = record.candidates
+    assert weak.epsilon is None and strong.epsilon is not None and record.bound is not None
+    assert weak.correct == correct_guesses(scores, included, 1, 1) is not None
+    assert strong.correct == correct_guesses(scores, included, 40, 40) == record.bound.correct
+    assert OneRunEpsilon.from_dict(record.to_dict()) == record
+    old = record.to_dict()
+    old["candidates"][0]["correct"] = None  # as runs before the f-DP bound wrote it
+    assert OneRunEpsilon.from_dict(old).candidates[0].correct is None
+    assert correct_guesses(scores, included, 300, 200) is None  # more guesses than canaries
 
 
 BASE = {"split": {"audit": 300, "public": 300, "population": 100}}

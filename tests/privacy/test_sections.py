@@ -13,12 +13,14 @@ from miaudit.metrics import evaluate
 from miaudit.privacy.attack_bounds import (
     Halves,
     gaussian_dp_record,
+    one_run_record,
     privacy_audit,
     threshold_record,
 )
-from miaudit.privacy.audit_record import Claim, PrivacyAudit, PrivacySettings
+from miaudit.privacy.audit_record import CanarySettings, Claim, PrivacyAudit, PrivacySettings
 from miaudit.privacy.results import (
     EPSILON_LOWER_BOUND,
+    FDP_ONE_RUN,
     GAUSSIAN_DP_LOWER_BOUND,
     ThresholdGaussianDP,
 )
@@ -182,6 +184,39 @@ def test_the_best_mu_follows_the_epsilon_line_and_the_section_shows_each():
         assert row[4:6] == [f"{gdp.mu:.3g}", f"{gdp.epsilon:.3g}"] and gdp.mu > 1
     assert any("Tight Auditing" in item for item in section.legend)
     assert "μ lb (audit)" in render_html(result, {})
+
+
+def test_an_fdp_best_mu_is_named_and_says_what_it_rests_on():
+    """Canaries memorised almost perfectly: the one-run f-DP bound (Mahloujifar, Melis &
+    Chaudhuri 2025) beats the threshold μ bound; the line names it and its assumption (μ-GDP,
+    ε only for a Gaussian trade-off curve), in the terminal and HTML reports alike."""
+    result = _result(["loss"], mu=True)
+    rng = np.random.default_rng(3)
+    m = 1000
+    included = rng.random(m) < 0.5
+    scores = included + rng.normal(scale=0.1, size=m)
+    _with_metrics(result, one_run=one_run_record(scores, included, [(250, 250)], 1e-5, 0.05))
+    canaries = CanarySettings(count=m, included=int(included.sum()), alpha=0.05, delta=1e-5,
+                              delta_source="test", split_seed=3, guesses=((250, 250),))
+    settings = dataclasses.replace(result.meta["privacy_audit"].settings, canaries=canaries)
+    result.meta["privacy_audit"] = audit = privacy_audit(result.outcomes, settings)
+    best = audit.best_mu
+    assert best.kind == FDP_ONE_RUN and audit.mu_bounds_compared == 2
+    line = privacy_line(result)
+    assert line.endswith(
+        f"Gaussian DP: best μ lower bound {best.mu:.3g} (loss, one-run f-DP guesses on the "
+        f"canaries; 95% over 2 bounds, Bonferroni; μ-GDP assumed, Mahloujifar, Melis & "
+        f"Chaudhuri 2025), ε ≈ {best.epsilon:.3g} at δ 1e-05 if the trade-off curve is "
+        f"Gaussian (an estimate).")
+    legend = [x for x in privacy_section(result).legend if "one-run f-DP bound" in x]
+    assert len(legend) == 1 and "trade-off curve is Gaussian" in legend[0]
+    text, html = format_table(result), render_html(result, {})
+    for shown in (text, html):
+        assert "one-run f-DP guesses on the canaries" in shown and "μ-GDP assumed" in shown
+    assert "no ε bound" not in text and "fdp" not in text  # no attack records the kind
+    # without the f-DP member, no such words
+    result.meta["privacy_audit"] = privacy_audit(result.outcomes, settings, fdp_one_run=False)
+    assert "f-DP" not in format_table(result) and "f-DP" not in render_html(result, {})
 
 
 def test_no_power_says_no_mu_and_a_missing_mu_is_explained_once():

@@ -181,10 +181,28 @@ def gaussian_dp_record(scores: np.ndarray, flags: np.ndarray, halves: Halves | N
                           scores, flags, halves, why_not)
 
 
+def correct_guesses(scores: np.ndarray, included: np.ndarray, k_plus: int, k_minus: int
+                    ) -> int | None:  # fmt: skip
+    """v: how many of the guesses of :func:`miaudit.privacy.one_run_epsilon` are right (IN on
+    the ``k_plus`` highest scores, OUT on the ``k_minus`` lowest, ties by position), for a
+    candidate whose ε cannot be certified: the one-run f-DP bound of the best μ
+    (:mod:`miaudit.privacy.best_bound`) needs only this count. ``scores`` already scorable
+    (:func:`_scorable`). None when the guesses do not fit the m canaries (k₊ + k₋ outside
+    [1, m]) or ``included`` is not one flag per score: no count, as one_run_epsilon refuses."""
+    inc = np.asarray(included, dtype=bool)
+    if inc.shape != scores.shape or scores.ndim != 1 or not 1 <= k_plus + k_minus <= scores.size:
+        return None
+    order = np.argsort(scores, kind="stable")  # ascending, as one_run_epsilon ranks them
+    guessed_out, guessed_in = order[:k_minus], order[scores.size - k_plus:]
+    return int(inc[guessed_in].sum() + (~inc[guessed_out]).sum())
+
+
 def one_run_record(scores: np.ndarray, included: np.ndarray, candidates: Sequence[tuple[int, int]],
                    delta: float, alpha: float) -> OneRunEpsilon:
     """The one-run metrics entry: each (k₊, k₋) candidate at α / len(candidates), the best
-    reported (Bonferroni: it holds at 1 − α)."""
+    reported (Bonferroni: it holds at 1 − α). A candidate that cannot certify ε > 0 keeps its
+    correct count (its ε None) for the one-run f-DP bound; with no candidate certifying, the
+    entry has no bound and records why."""
     s, unscorable = _scorable(np.asarray(scores, dtype=np.float64))
     each = alpha / len(candidates)
     found: list[tuple[GuessCandidate, OneRunBound | None]] = []
@@ -192,9 +210,11 @@ def one_run_record(scores: np.ndarray, included: np.ndarray, candidates: Sequenc
     for k_plus, k_minus in candidates:  # a handful of pairs fixed in advance
         try:
             bound = one_run_epsilon(s, included, k_plus, k_minus, delta, each)
-        except ConfigError as exc:
+        except ConfigError as exc:  # the design cannot certify ε > 0 (the pairs are valid)
             reasons.append(str(exc))
-            found.append((GuessCandidate(k_plus, k_minus, None, None), None))
+            found.append((GuessCandidate(k_plus, k_minus,
+                                         correct_guesses(s, included, k_plus, k_minus), None),
+                          None))
             continue
         found.append((GuessCandidate(k_plus, k_minus, bound.correct, bound.epsilon), bound))
     bounds = [b for _, b in found if b is not None]

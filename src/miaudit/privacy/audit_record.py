@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from miaudit.privacy.results import (
     EPSILON_LOWER_BOUND,
     EVIDENCE_AGAINST,
+    FDP_ONE_RUN,
     GAUSSIAN_DP_OF,
     NOT_EXCEEDED,
     ONE_RUN,
@@ -29,7 +30,7 @@ from miaudit.privacy.results import (
 )
 
 if TYPE_CHECKING:
-    from miaudit.privacy import EpsilonBound, GaussianDPBound, OneRunBound
+    from miaudit.privacy import EpsilonBound, FDPOneRunBound, GaussianDPBound, OneRunBound
 
 # who assigned the audit samples' membership (EpsilonPlan.membership): a threshold bound on
 # them is a proof only when miaudit drew it at random itself
@@ -135,9 +136,12 @@ class PrivacySettings:
 class BestBound:
     """The best bound of a run: ``bound`` recounted at ``family_alpha`` / K over the K bounds
     compared (so it holds at 1 − ``family_alpha``), the ``attack`` that gave it and its
-    ``kind`` (the metrics key: ``epsilon_lower_bound``, ``one_run``, ...; "bound" in JSON)."""
+    ``kind`` (the metrics key: ``epsilon_lower_bound``, ``one_run``, ...; "bound" in JSON).
+    A best μ may also be of kind :data:`~miaudit.privacy.results.FDP_ONE_RUN`: the one-run
+    f-DP bound (Mahloujifar, Melis & Chaudhuri 2025) of a one-run record's counts, which no
+    attack records itself."""
 
-    bound: EpsilonBound | OneRunBound | GaussianDPBound
+    bound: EpsilonBound | OneRunBound | GaussianDPBound | FDPOneRunBound
     attack: str
     kind: str
     family_alpha: float
@@ -158,10 +162,13 @@ class BestBound:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BestBound:
+        """A ``to_dict()`` read back, the bound's type named by its kind (the threshold ε
+        kinds, and any other, as an :class:`~miaudit.privacy.EpsilonBound`)."""
         import miaudit.privacy
 
         kind = data["bound"]
         name = ("OneRunBound" if kind == ONE_RUN else
+                "FDPOneRunBound" if kind == FDP_ONE_RUN else
                 "GaussianDPBound" if kind in GAUSSIAN_DP_OF.values() else "EpsilonBound")
         bound_type: type = getattr(miaudit.privacy, name)
         return cls(bound_type(**_fields(bound_type, data)), attack=data["attack"], kind=kind,

@@ -1,8 +1,9 @@
 """The best privacy bound of a run (docs/algorithms.md §16): every attack's bounds recounted at
 α / K over the K bounds compared (Bonferroni), so that the best holds at 1 − α, what it says of
-the target's claim, and the best μ-GDP bound the same way over the μ bounds (with
-``fdp_one_run=True``, the one-run f-DP bound of Mahloujifar, Melis & Chaudhuri 2025 on each
-(k₊, k₋) candidate's counts is a member of the μ family too: it is a μ-GDP bound).
+the target's claim, and the best μ-GDP bound the same way over the μ bounds (by default the
+one-run f-DP bound of Mahloujifar, Melis & Chaudhuri 2025, "Auditing f-Differential Privacy in
+One Run", on each (k₊, k₋) candidate's counts is a member of the μ family too: it is a μ-GDP
+bound, and on canaries it is often far tighter than the threshold μ bounds).
 
 :func:`privacy_audit` reads only the attacks' typed metrics, so a caller can call it again
 after adding outcomes (a run's forgetting attacks); it returns a
@@ -30,14 +31,14 @@ from miaudit.privacy.results import (
     CANARY_EPSILON_LOWER_BOUND,
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
     EPSILON_LOWER_BOUND,
+    FDP_ONE_RUN,
     GAUSSIAN_DP_LOWER_BOUND,
     ONE_RUN,
     GuessCandidate,
 )
 from miaudit.records.outcomes import AttackOutcome
 
-# the kind (BestBound.kind) of a best μ that is a one-run f-DP bound on a one-run record's counts
-FDP_ONE_RUN = "fdp_one_run"
+__all__ = ["FDP_ONE_RUN", "privacy_audit"]
 
 
 def _tests(outcome: AttackOutcome) -> int:
@@ -71,7 +72,9 @@ def _recounted(outcome: AttackOutcome, alpha: float, family_alpha: float
     if one is not None and one.bound is not None:
         run, best = one.bound, None
         for c in one.candidates:
-            if c.correct is None:
+            # no ε at the record's α: none at the stricter α / K either (its count, recorded
+            # since the f-DP bound, is for the μ family only)
+            if c.correct is None or c.epsilon is None:
                 continue
             try:
                 again_run = one_run_epsilon_from_counts(run.m, c.k_plus + c.k_minus, c.correct,
@@ -86,7 +89,7 @@ def _recounted(outcome: AttackOutcome, alpha: float, family_alpha: float
     return found
 
 
-def _best_mu(outcomes: Sequence[AttackOutcome], alpha: float, fdp_one_run: bool = False
+def _best_mu(outcomes: Sequence[AttackOutcome], alpha: float, fdp_one_run: bool = True
              ) -> tuple[int, BestBound | None]:  # fmt: skip
     """The number K of μ-GDP bounds and the largest, each recounted at α / K from its counts
     (τ as its selection half chose it), so that it holds at 1 − α: the ε rule of
@@ -128,15 +131,14 @@ def _best_mu(outcomes: Sequence[AttackOutcome], alpha: float, fdp_one_run: bool 
         fdp = fdp_one_run_mu_from_counts(run.m, c.k_plus + c.k_minus, c.correct, run.delta,
                                          alpha / k)
         if fdp.mu > top:
-            # BestBound's annotation predates this bound (it reads back only the others)
-            best = BestBound(dataclasses.replace(fdp, k_plus=c.k_plus,  # type: ignore[arg-type]
-                                                 k_minus=c.k_minus), name, FDP_ONE_RUN, alpha)
+            best = BestBound(dataclasses.replace(fdp, k_plus=c.k_plus, k_minus=c.k_minus),
+                             name, FDP_ONE_RUN, alpha)
             top = fdp.mu
     return k, best
 
 
 def privacy_audit(outcomes: Sequence[AttackOutcome], settings: PrivacySettings | PrivacyAudit,
-                  fdp_one_run: bool = False) -> PrivacyAudit:
+                  fdp_one_run: bool = True) -> PrivacyAudit:
     """``settings`` (an :meth:`EpsilonPlan.settings`, or the settings of a previous result of
     this function) with the best bound of all ``outcomes``: each of the K tests (a threshold
     bound is one; a one-run bound one per (k₊, k₋) candidate) recounted at α / K, the
@@ -146,11 +148,12 @@ def privacy_audit(outcomes: Sequence[AttackOutcome], settings: PrivacySettings |
     split). Then the best μ-GDP bound (``best_mu``), the same rule over the
     ``mu_bounds_compared`` μ bounds: a family of its own, so each best holds at 1 − α on its
     own (both together at 1 − 2α); its ε is an estimate and refutes nothing. With
-    ``fdp_one_run``, the μ family also counts every (k₊, k₋) candidate of each one-run
-    record at δ > 0 as a test and offers its one-run f-DP bound (Mahloujifar, Melis &
-    Chaudhuri 2025; kind :data:`FDP_ONE_RUN`); off by default until the report words that
-    kind and :class:`~miaudit.privacy.audit_record.BestBound` reads it back. Model-free
-    attacks have no bounds (``MODEL_FREE_REASON``), so they never count here."""
+    ``fdp_one_run`` (the default), the μ family also counts every (k₊, k₋) candidate of each
+    one-run record at δ > 0 as a test and offers its one-run f-DP bound (Mahloujifar, Melis &
+    Chaudhuri 2025; kind :data:`~miaudit.privacy.results.FDP_ONE_RUN`, which the report words
+    and :class:`~miaudit.privacy.audit_record.BestBound` reads back); ``False`` gives the μ
+    family of runs before it (the threshold μ bounds alone). Model-free attacks have no
+    bounds (``MODEL_FREE_REASON``), so they never count here."""
     if isinstance(settings, PrivacyAudit):
         settings = settings.settings
     alpha = float(settings.alpha)

@@ -33,6 +33,11 @@ CANARY_GAUSSIAN_DP_LOWER_BOUND = "canary_gaussian_dp_lower_bound"
 ONE_RUN = "one_run"
 EPSILON_KEYS = (EPSILON_LOWER_BOUND, GAUSSIAN_DP_LOWER_BOUND, CANARY_EPSILON_LOWER_BOUND,
                 CANARY_GAUSSIAN_DP_LOWER_BOUND, ONE_RUN)
+# The kind (BestBound.kind, "bound" in JSON) of a run's best μ when it is the one-run f-DP
+# bound (Mahloujifar, Melis & Chaudhuri 2025) on a candidate's counts: not a metrics key (no
+# attack records it; privacy_audit computes it from the one-run record's counts), so it is
+# not in EPSILON_KEYS.
+FDP_ONE_RUN = "fdp_one_run"
 # what the best bound says of a DP claim (miaudit.privacy.attack_bounds.claim_finding)
 REFUTED = "refuted"  # above the claim, with a proof: the claim does not hold
 EVIDENCE_AGAINST = "evidence against"  # above it, valid if membership was drawn at random
@@ -131,7 +136,9 @@ class ThresholdGaussianDP(_HalvesRecord):
 @dataclass(frozen=True)
 class GuessCandidate:
     """One (k₊, k₋) pair of ``canaries.guesses``: its correct guesses and its bound at the
-    candidates' shared α (both None: this pair cannot certify ε > 0 there)."""
+    candidates' shared α. ``epsilon`` None: this pair cannot certify ε > 0 there; its
+    ``correct`` is still recorded (runs before the f-DP bound wrote None), because the one-run
+    f-DP bound of the best μ (:mod:`miaudit.privacy.best_bound`) needs only the counts."""
 
     k_plus: int
     k_minus: int

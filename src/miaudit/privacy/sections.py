@@ -17,8 +17,10 @@ from miaudit.privacy.audit_record import BestBound, PrivacyAudit
 from miaudit.privacy.results import (
     CANARY_EPSILON_LOWER_BOUND,
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
+    EPSILON_KEYS,
     EPSILON_LOWER_BOUND,
     EVIDENCE_AGAINST,
+    FDP_ONE_RUN,
     GAUSSIAN_DP_LOWER_BOUND,
     GAUSSIAN_DP_OF,
     NOT_EXCEEDED,
@@ -29,14 +31,18 @@ from miaudit.privacy.results import (
 from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.report.formatting import fmt_epsilon
 
-# the words for each bound, where a sentence names one
+# the words for each bound, where a sentence names one (FDP_ONE_RUN: a best μ only, no
+# attack's metrics key)
 BOUND_WORDS = {
     EPSILON_LOWER_BOUND: "threshold test on the audit samples",
     GAUSSIAN_DP_LOWER_BOUND: "threshold test on the audit samples",
     CANARY_EPSILON_LOWER_BOUND: "threshold test on the canaries",
     CANARY_GAUSSIAN_DP_LOWER_BOUND: "threshold test on the canaries",
     ONE_RUN: "one-run guesses on the canaries",
+    FDP_ONE_RUN: "one-run f-DP guesses on the canaries",
 }
+# what a best μ of kind FDP_ONE_RUN rests on beyond the threshold μ bounds' words
+FDP_BASIS = "μ-GDP assumed, Mahloujifar, Melis & Chaudhuri 2025"
 # the results table's columns: (metrics key, header), the canary one only with canaries
 EPSILON_LB = "ε lb"
 MU_LB = "μ lb"
@@ -109,15 +115,19 @@ def mu_sentence(audit: PrivacyAudit) -> str:
     """' Gaussian DP: best μ lower bound 1.2 (rmia, threshold test on the audit samples; 95%
     over 3 bounds, Bonferroni), ε ≈ 3.1 at δ 1e-05 if the trade-off curve is Gaussian (an
     estimate).' with its leading space; '' when the run has no μ bound (δ = 0, or results
-    written before runs had one)."""
+    written before runs had one). A one-run f-DP best μ also says what it rests on
+    (:data:`FDP_BASIS`): its μ refutes μ-GDP claims only (the section's legend says more),
+    and its ε, like every ε from μ, holds only if the target's trade-off curve is Gaussian."""
     best: BestBound | None = audit.best_mu
     if best is None or best.mu is None:
         return ""
     over = _over(audit.mu_bounds_compared, best.family_alpha)
     if best.mu <= 0:
         return f" Gaussian DP: no attack certifies μ > 0 ({over})."
+    basis = f"; {FDP_BASIS}" if best.kind == FDP_ONE_RUN else ""
     return (f" Gaussian DP: best μ lower bound {fmt_epsilon(best.mu)} ({best.attack}, "
-            f"{BOUND_WORDS[best.kind]}; {over}), ε ≈ {fmt_epsilon(best.epsilon)} at "
+            f"{BOUND_WORDS.get(best.kind, best.kind)}; {over}{basis}), "
+            f"ε ≈ {fmt_epsilon(best.epsilon)} at "
             f"δ {best.delta:g} if the trade-off curve is Gaussian (an estimate).")
 
 
@@ -164,7 +174,8 @@ def missing_notes(result: AuditResult) -> list[str]:
     notes = []
     for o in result.outcomes:
         m = o.metrics
-        for key, words in BOUND_WORDS.items():
+        # the attacks' own bounds only (FDP_ONE_RUN is computed for the best μ, not recorded)
+        for key, words in ((k, w) for k, w in BOUND_WORDS.items() if k in EPSILON_KEYS):
             record = getattr(m, key)
             if record is None or record.bound is not None:
                 continue
@@ -249,6 +260,15 @@ def privacy_section(result: AuditResult) -> PrivacySection | None:
             f"OUT on the k₋ lowest, r guesses, v right; α per (k₊, k₋) candidate "
             f"({len(canaries.guesses)} fixed in advance, Bonferroni), δ from "
             f"{canaries.delta_source}."
+        )
+    best_mu = audit.best_mu
+    if best_mu is not None and best_mu.kind == FDP_ONE_RUN:
+        legend.append(
+            "Best μ (the line above): the one-run f-DP bound (Mahloujifar, Melis & Chaudhuri "
+            "2025, \"Auditing f-Differential Privacy in One Run\") on the same guesses' counts "
+            "(r, v): it rejects every μ-GDP curve below μ, so it refutes only μ-GDP claims; "
+            "each (k₊, k₋) candidate is one more test of the μ family, and its ε at δ is a "
+            "lower bound only if the target's trade-off curve is Gaussian (an estimate)."
         )
     legend.append("A best bound over several attacks holds only with each recounted at α / K "
                   "(the line above); a single attack's bound holds at 1 − α on its own.")
