@@ -299,6 +299,10 @@ def test_api_audits_a_causal_lm_against_its_base_model(hf_user, tmp_path):
         assert bank["seq_prefix_token_logprob"].shape == (1, 128, 23)
     summary = json.loads((result.out / "summary.json").read_text())
     assert summary["base_model"] == str(hf_user["lm_pretrained"])
+    # the verdict says what the reference was: the base, queried, nothing trained
+    caveats = " ".join(result.meta["verdict"].caveats)
+    assert "No reference model was trained" in caveats
+    assert f"base model {hf_user['lm_pretrained']} is lm-base-reference's reference" in caveats
 
 
 def test_a_base_model_with_another_vocabulary_is_refused(hf_user, tmp_path):

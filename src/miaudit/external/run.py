@@ -42,8 +42,14 @@ def run_dir(cfg: AuditConfig) -> Path:
     return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
 
 
-def _reference_note(target: Target, refs: References) -> str:
+def _reference_note(target: Target, refs: References, base_model: str | None = None) -> str:
     n = len(refs.modules)
+    base = (f" The pretrained base model {base_model} is lm-base-reference's reference (the "
+            "model before fine-tuning: what a text's likelihood owes to pretraining, not to the "
+            "private data), queried, never trained.") if base_model else ""
+    if n == 0 and base_model:
+        return (f"No reference model was trained ({refs.reason}).{base} The attacks needing "
+                "trained references did not run.")
     if n == 0:
         return (f"No reference models ({refs.reason}); only attacks on the target's own outputs "
                 "ran. Reference-based attacks are usually far stronger at low FPR, so these "
@@ -195,7 +201,8 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
     verdict = make_verdict(result, {
         "outputs": "token probabilities" if target.causal_lm else _SEEN_AS[target.kind],
         "references": len(refs.modules),
-        "reference_note": " ".join([_reference_note(target, refs), *refs.caveats]),
+        "reference_note": " ".join([_reference_note(target, refs, cfg.model.base_model),
+                                    *refs.caveats]),
         "skipped": len(skipped),
         "confidence": cfg.metrics.confidence, "input_mismatch": built.mismatch,
         "privacy": privacy_line(result), "split": split_line(result),
