@@ -39,7 +39,7 @@ import functools
 import logging
 import math
 import warnings
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import nn
@@ -54,6 +54,9 @@ from miaudit.train.common import EpochCallback, TrainedModel
 from miaudit.train.engine import train_loop
 from miaudit.train.recipe import PRV_MAX_AUTO_EPSILON, Recipe
 from miaudit.train.rows import ArrayLike, training_rows
+
+if TYPE_CHECKING:
+    from miaudit.train.gradient_canaries import GradientCanaries
 
 log = logging.getLogger(__name__)
 
@@ -240,10 +243,13 @@ class _Private(NamedTuple):
 
 
 def _make_private(
-    recipe: Recipe, x: torch.Tensor, y: torch.Tensor, n_classes: int, shuffle_seed: int
+    recipe: Recipe, x: torch.Tensor, y: torch.Tensor, n_classes: int, shuffle_seed: int,
+    canaries: GradientCanaries | None = None,
 ) -> _Private:
     """Build the model (under the caller's seeded RNG), check Opacus can train it, find the
-    noise for the target and wrap model, optimizer and a seeded loader with ``make_private``."""
+    noise for the target and wrap model, optimizer and a seeded loader with ``make_private``.
+    ``canaries``: chosen on the freshly built model, then hooked into the DP optimizer (they
+    use their own generators, so the global RNG stream is the same with or without them)."""
     from opacus import PrivacyEngine
     from opacus.validators import ModuleValidator
 
@@ -263,6 +269,8 @@ def _make_private(
             "(mlp, mnist-cnn, cifar-cnn)."
         )
     module.to(x.device).train()
+    if canaries is not None:
+        canaries.prepare(module, x, y, dp["max_grad_norm"])
     optimizer = common.make_optimizer(recipe, list(module.parameters()))
     search = find_noise(
         dp["epsilon"], dp["delta"], 1.0 / len(loader), recipe.epochs, dp["accountant"]
@@ -278,6 +286,8 @@ def _make_private(
             noise_multiplier=search.sigma,
             max_grad_norm=dp["max_grad_norm"],
         )
+    if canaries is not None:  # the claimed noise: what the accountant's epsilon assumes
+        canaries.attach(dp_optimizer, 1.0 / len(loader), search.sigma)
     return _Private(DPStrategy(module, dp_module, dp_optimizer, recipe, x.device), dp_loader,
                     engine, search)  # fmt: skip
 
@@ -314,6 +324,7 @@ def train_model_dp(
     on_epoch_end: EpochCallback | None = None,
     desc: str = "training (DP-SGD)",
     checkpoints: CheckpointSpec | None = None,
+    gradient_canaries: GradientCanaries | None = None,
 ) -> TrainedModel:
     """Train ``recipe`` (which must have ``dp`` set) with DP-SGD; same seed, same weights.
 
@@ -322,6 +333,13 @@ def train_model_dp(
     ``privacy`` holds ``epsilon_spent``, ``target_epsilon``, ``delta``, ``noise_multiplier``,
     ``max_grad_norm``, ``accountant``, ``sample_rate``, ``steps`` and ``search_bounded``
     (see :func:`find_noise`). ``checkpoints`` keeps ``snapshots`` as ``train_model`` does.
+
+    ``gradient_canaries`` (:class:`~miaudit.train.gradient_canaries.GradientCanaries`): white-box
+    gradient canaries added to the clipped gradients before the noise (Steinke, Nasr &
+    Jagielski 2023); their record is left in ``gradient_canaries.record`` and their settings
+    in ``privacy["gradient_canaries"]``. Such a model differs from the canary-free one, so it
+    must not be cached under the canary-free key. Without it (the default) nothing changes:
+    same weights, same privacy record.
     """
     if recipe.dp is None:
         raise ConfigError("train_model_dp needs a recipe with dp set.")
@@ -332,12 +350,16 @@ def train_model_dp(
     n = len(rows.idx)
     # Init, dropout and Opacus's noise draw from torch's global RNG: seeded, restored after.
     with common.isolated_rng(device, init_seed):
-        private = _make_private(recipe, rows.x, rows.y, rows.n_classes, shuffle_seed)
+        private = _make_private(recipe, rows.x, rows.y, rows.n_classes, shuffle_seed,
+                                gradient_canaries)  # fmt: skip
         result = train_loop(
             private.strategy, private.loader, recipe, n, device, checkpoints=checkpoints,
             on_epoch_end=on_epoch_end, progress=progress, desc=desc,
         )  # fmt: skip
     privacy = _privacy_record(recipe, private, result.steps, 1.0 / steps_per_epoch(recipe, n))
+    if gradient_canaries is not None:
+        gradient_canaries.finish()
+        privacy["gradient_canaries"] = gradient_canaries.describe()
     # A fresh, hook-free copy of the architecture carrying the trained weights.
     with common.isolated_rng(torch.device("cpu"), 0):
         plain = build_model(recipe.architecture, input_shape, rows.n_classes, **recipe.arch_params)
