@@ -251,8 +251,9 @@ def lm_extras(cfg: RunConfig, dataset: Dataset, design: Design, target: Any
                                     max_positions(target), "dataset.max_length")
         if why:
             raise ConfigError(f"recall cannot run: {why}.")
-        # at most one text's length: each prefixed forward costs (P + L) positions
-        prefix = prefix[-int(dataset.features.shape[1]):]
+        # at most half a text's length (its end, which joins the text): each prefixed
+        # forward costs P + L positions, so 1.5 plain forwards at most
+        prefix = prefix[-max(1, int(dataset.features.shape[1]) // 2):]
     return base, prefix
 
 
