@@ -19,6 +19,7 @@ from miaudit.models import build_model
 from miaudit.models.hf import HFCausalLM, encode_texts
 from miaudit.models.hf_lm import base_model_identity, base_tokenizer
 from miaudit.pipeline import run
+from miaudit.privacy.run_canaries import exposure_line
 from miaudit.signals import SignalBank
 from miaudit.signals.assemble import SignalSpec, lm_signals
 from miaudit.train import Recipe
@@ -175,6 +176,7 @@ def test_secret_canaries_are_inserted_and_their_exposure_reported(tmp_path, docs
     assert (table["exposure"] <= table["max_sampled_exposure"] + 1e-9).all()
     summary = result.meta["canary_exposure"]
     assert summary["included"]["canaries"] + summary["excluded"]["canaries"] == 12
+    assert "in training: median" in exposure_line(summary)  # the run's terminal line
     assert summary["included"]["canaries"] == int(table["included"].sum())
     # one-run bounds read the attacks' scores on the canaries
     assert result.meta["privacy_audit"].settings.canaries.kind == "secret"

@@ -20,7 +20,12 @@ from miaudit.pipeline.models import resolve_recipes
 from miaudit.pipeline.querying import BuiltBank, build_bank
 from miaudit.pipeline.split_check import split_check
 from miaudit.privacy.best_bound import privacy_audit
-from miaudit.privacy.run_canaries import canaries_csv, check_canaries, exposure_summary
+from miaudit.privacy.run_canaries import (
+    canaries_csv,
+    check_canaries,
+    exposure_line,
+    exposure_summary,
+)
 from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.records.run_dir import StagedRunDir
 from miaudit.report import format_table, write_report
@@ -89,6 +94,8 @@ def run(
         if checkpoints:
             print("\ncheckpoints (target and references at the same position):\n"
                   + checkpoints_table(checkpoints, cfg.metrics.fprs))
+        if result.meta.get("canary_exposure"):
+            print("\n" + exposure_line(result.meta["canary_exposure"]))
         print(f"\nreport: {out / 'report.html'}")
     return result, out
 

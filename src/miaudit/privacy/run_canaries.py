@@ -139,3 +139,19 @@ def exposure_summary(secrets: list[dict[str, Any]], included: np.ndarray) -> dic
 
     return {"included": side(included), "excluded": side(~included),
             "max_sampled_exposure": secrets[0]["max_sampled_exposure"]}
+
+
+def exposure_line(summary: dict[str, Any]) -> str:
+    """The secret canaries' exposure in one sentence (the run's terminal output)."""
+    inside, outside = summary["included"], summary["excluded"]
+
+    def part(side: dict[str, Any], where: str) -> str:
+        if not side["canaries"]:
+            return f"none {where}"
+        return (f"{side['canaries']} {where}: median {side['median_exposure']:.2f} bits, max "
+                f"{side['max_exposure']:.2f}, {side['extracted']} written out by greedy "
+                "decoding")
+
+    return ("Secret canaries' exposure (Carlini et al. 2019; sampled, at most "
+            f"{summary['max_sampled_exposure']:.2f} bits): {part(inside, 'in training')}; "
+            f"{part(outside, 'out of it (the yardstick)')}; per canary in canaries.csv.")
