@@ -88,17 +88,22 @@ def summarize(table: pd.DataFrame, study_dir: Path) -> None:
     canaries = canary_table(table)
     canaries.to_csv(study_dir / "canaries.csv", index=False)
     nonmembers = int(table["n_nonmembers"].median())
+    expected = {fpr: fpr * nonmembers for fpr in sorted(FPRS, reverse=True)}
+    support = "; ".join(
+        f"at {100 * fpr:g}% FPR on {count:g} expected false positives"
+        + (" (fewer than 10: indicative only)" if count < 10 else "")
+        for fpr, count in expected.items())
     parts += ["## Attacks per epochs\n",
               "One repetition: value [95% bootstrap CI]; several: mean ± std over them. TPR in "
-              f"%. On {nonmembers:,} non-members TPR at 1% FPR rests on "
-              f"{0.01 * nonmembers:g} expected false positives and at 0.1% on "
-              f"{0.001 * nonmembers:g}: below 10, indicative only.\n", markdown_table(attacks),
+              f"%. On {nonmembers:,} non-members the TPR rests {support}.\n",
+              markdown_table(attacks),
               "\n## Secret canaries per epochs (Carlini et al. 2019)\n",
               "Exposure = log2 |R| - log2 rank of the secret among its format's candidates; "
               "the sampled figure cannot exceed log2 of the candidates drawn (the cap), the "
               "extrapolated one (a skew-normal fit) can. Canaries out of training are the "
               "yardstick.\n", markdown_table(canaries, floatfmt=".1f")]
-    blind = blind_lines(table.assign(model=table["epochs"].map(lambda e: f"{e} epochs")))
+    blind = blind_lines(table.assign(model=table["epochs"].map(
+        lambda e: f"{e} epoch{'s' if e != 1 else ''}")))
     if blind:
         parts += ["\n## Blind baseline (Das et al. 2024)\n", *blind]
     write_text(study_dir / "summary.md", "\n".join(parts) + "\n")
