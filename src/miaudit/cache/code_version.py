@@ -65,6 +65,9 @@ TRAINER_CODE: dict[str, str] = {
     "miaudit.models.user": "the user's own module class, imported and instantiated",
     "miaudit.models.pretrained": "base models by name or GGUF: the de-quantised starting "
                                  "weights a fine-tuned model begins from",
+    "miaudit.models.hf_lm": "hf-causal-lm: the base copied, LoRA put on it, which parameters "
+                            "train and what the adapter-only state dict holds",
+    "miaudit.train.gradient_canaries": "white-box canaries added to DP-SGD's noisy steps",
 }
 # The modules of miaudit.train and miaudit.models, and those the listed modules import, that
 # are left out, with why (tests/train/test_cache_versions.py checks that every such module is
@@ -85,6 +88,12 @@ NOT_TRAINER_CODE: dict[str, str] = {
     "miaudit.registry": "name lookup: which builder a name means, not what it builds",
     "miaudit.data.dataset": "the Dataset container: the data is in the key (its fingerprint, "
                          "which covers tokenization and preprocessing: they make the features)",
+    "miaudit.models.run_tokenizer": "tokenization: the token ids it makes are the dataset's "
+                                    "features, in its fingerprint",
+    "miaudit.privacy.one_run": "the one-run ε bound, computed from a trained run's scores",
+    "miaudit.privacy.fdp_one_run": "the one-run f-DP bound, computed from a trained run's scores",
+    "miaudit.privacy.canaries": "canary kinds and guesses: the gradient canaries' guesses, read "
+                                "after training",
 }
 
 # The modules whose code decides a fitted scikit-learn reference estimator (``SklearnCache``;
