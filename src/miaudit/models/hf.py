@@ -36,7 +36,7 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ import torch
 from torch import Tensor, nn
 
 from miaudit.errors import ConfigError, DataError
+from miaudit.models.pretrained import quiet_transformers as _quiet
 from miaudit.models.registry import register_model
 from miaudit.models.text import TokenizedText, _check_texts, token_ids
 
@@ -478,23 +479,6 @@ class HFCausalLM(HFModule):
             return logits
         order = swap_pad(torch.arange(logits.shape[-1], device=logits.device), self.token_pad)
         return logits.index_select(-1, order)
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """transformers without its loading reports and progress bars (newly initialised heads
-    of a reference model are expected)."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
 
 
 def load_folder_model(

@@ -21,6 +21,7 @@ that ``transformers`` cannot read.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -29,6 +30,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,10 +181,24 @@ def _complete(folder: Path) -> bool:
         return False
 
 
-def _quiet() -> Any:
-    from miaudit.models.hf import _quiet as quiet
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers without its loading reports and progress bars (newly initialised heads
+    of a reference model are expected)."""
+    from transformers.utils import logging as hf_logging
 
-    return quiet()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+_quiet = quiet_transformers
 
 
 def _convert_gguf(gguf: Path) -> tuple[Any, Any]:
