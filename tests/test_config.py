@@ -239,3 +239,45 @@ def test_signals_typos_are_refused_with_a_suggestion():
     with pytest.raises(ConfigError, match=r"'signals.gradnorm'.*Did you mean 'grad_norm'"):
         config_from_dict({"signals": {"gradnorm": True}})
     assert config_from_dict({"signals": None}).signals.queries == "auto"
+
+
+_DP_RECIPE = {"architecture": "mlp", "epochs": 2, "dp": {"epsilon": 4}}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"recipe": {"architecture": "mlp"}, "canaries": {"kind": "gradient", "count": 50}},
+     r"no dp: give it one, e\.g\. recipe\.dp: \{epsilon: 4\}"),
+    ({"canaries": {"kind": "gradient", "count": 50, "direction": "diracc"}},
+     r"canaries\.direction must be one of dirac, random.*Did you mean 'dirac'"),
+    ({"canaries": {"kind": "gradient", "count": 50, "coordinates": "loud"}},
+     r"canaries\.coordinates must be one of quiet, random"),
+    ({"canaries": {"kind": "gradient", "count": 50, "score": "max"}},
+     r"canaries\.score must be one of likelihood, sum"),
+    ({"canaries": {"kind": "gradient", "count": 50, "threat_models": ["black-box"]}},
+     r"canaries\.threat_models must be a non-empty list .* every-iterate, final-model"),
+    ({"canaries": {"kind": "gradient", "count": 50, "threat_models": []}},
+     r"canaries\.threat_models must be a non-empty list"),
+    ({"canaries": {"kind": "gradient", "count": 50, "probe_rows": 0}},
+     r"canaries\.probe_rows must be an integer >= 1"),
+    ({"canaries": {"kind": "gradient", "count": 50, "delta": 0.0}},
+     r"canaries\.delta must be > 0 with kind gradient"),
+    ({"canaries": {"kind": "gradient", "count": 50}, "checkpoints": {"epochs": [1]}},
+     r"checkpoints are not supported with it"),
+    ({"canaries": {"count": 50, "direction": "random"}},
+     r"canaries\.direction is an option of gradient canaries: set canaries\.kind: gradient"),
+    ({"canaries": {"kind": "gradiant", "count": 50}}, r"canaries\.kind must be one of"),
+])
+def test_gradient_canary_config_errors_say_how_to_fix(overrides, message):
+    data = {"name": "wb", "recipe": _DP_RECIPE, "design": "offline", **overrides}
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(data)
+
+
+def test_gradient_canaries_take_no_rows_and_fit_any_design():
+    cfg = config_from_dict({"name": "wb", "recipe": _DP_RECIPE, "design": "online",
+                            "canaries": {"kind": "gradient", "count": 50,
+                                         "threat_models": "final-model"}})
+    assert cfg.canaries.white_box and cfg.canaries.rows == 0
+    assert cfg.canaries.threat_models == ["final-model"]
+    rows = config_from_dict({"name": "b", "canaries": {"count": 50}}).canaries
+    assert not rows.white_box and rows.rows == 50

@@ -7,15 +7,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from miaudit.config import GRADIENT_KIND
 from miaudit.errors import ConfigError
-from miaudit.privacy.canaries import canary_kind_names, canary_labels, resolve_guesses
+from miaudit.privacy.canaries import (
+    canary_kind,
+    canary_kind_names,
+    canary_labels,
+    resolve_guesses,
+)
 
 
 def test_the_kinds_are_registered():
-    assert canary_kind_names() == ["mislabelled", "natural", "secret"]
+    assert canary_kind_names() == ["mislabelled", "natural", "secret", "gradient"]
     with pytest.raises(ConfigError,
-                       match="canaries.kind must be one of mislabelled, natural, secret"):
+                       match="canaries.kind must be one of mislabelled, natural, secret, gradient"):
         canary_labels("loud", np.zeros(3, dtype=int), 10, seed=0)
+    # gradient canaries are not rows: the one white-box kind, named as the config names it
+    assert [k for k in canary_kind_names() if canary_kind(k).white_box] == [GRADIENT_KIND]
 
 
 def test_mislabelled_labels_are_another_class_and_natural_ones_are_true():

@@ -9,7 +9,8 @@ scikit-learn's version), and every entry's json records those values. So an entr
 **stale** otherwise: a key of this code never equals its key, so nothing will read it again.
 Entries written before the values were recorded are stale.
 
-The folder: ``<key>.safetensors`` + ``<key>.json`` (torch models, :mod:`miaudit.train.model_cache`),
+The folder: ``<key>.safetensors`` + ``<key>.json`` (torch models, :mod:`miaudit.train.model_cache`;
+a DP-SGD model trained with gradient canaries also has ``<key>.canaries.npz``, its record),
 ``sklearn/<key>.joblib`` + ``<key>.json`` (scikit-learn references), temporary files of writes
 in progress or killed (``.<key>.<ext>.<pid>-<random>.tmp``, :func:`miaudit.io.atomic_path`), and
 ``pretrained/`` (extracted pretrained weights, :mod:`miaudit.models.text`), which is not an entry
@@ -130,10 +131,16 @@ def _size(path: Path) -> int:
         return 0
 
 
+# Files stored beside a torch entry's weights, part of the entry (removed with it): a
+# gradient-canary run's record (miaudit.cache.gradient_records; its json holds its hash)
+COMPANIONS = (".canaries.npz",)
+
+
 def _entry(store: Store, key: str, verify: bool) -> Entry | None:
     meta_path, weights = store.folder / f"{key}.json", store.folder / f"{key}{store.suffix}"
+    companions = [store.folder / f"{key}{c}" for c in COMPANIONS] if store.kind == "torch" else []
     paths, size, mtime = [], 0, 0.0
-    for path in (meta_path, weights):
+    for path in (meta_path, weights, *companions):
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -207,7 +214,8 @@ def _scan_store(store: Store, inventory: Inventory, verify: bool, now: float) ->
         temp = TEMP_FILE.match(name)
         if temp is not None:
             key, _, ext = temp["name"].partition(".")
-            if _KEY.match(key) and ext in ("json", store.suffix[1:]):
+            if _KEY.match(key) and ext in ("json", store.suffix[1:],
+                                           *(c[1:] for c in COMPANIONS)):
                 found = _loose_temp(path, temp["pid"], now)
                 if found is not None:
                     inventory.loose.append(found)
@@ -218,8 +226,9 @@ def _scan_store(store: Store, inventory: Inventory, verify: bool, now: float) ->
                 if entry is not None:
                     inventory.entries.append(entry)
                 continue
-            if dot + ext == store.suffix:
-                if stem not in keys:  # weights whose json was never written
+            companion = store.kind == "torch" and dot + ext in COMPANIONS
+            if dot + ext == store.suffix or companion:
+                if stem not in keys:  # weights (or a record) whose json was never written
                     try:
                         st = path.stat()
                     except FileNotFoundError:

@@ -8,6 +8,7 @@ from miaudit.config.run import (
     RunConfig,
     apply_renamed,
     build_config,
+    check_white_box_target,
     config_from_dict,
     dump_config,
     load_config,
@@ -17,6 +18,8 @@ from miaudit.config.run import (
 from miaudit.config.sections import (
     AUTO,
     DEFAULT_ATTACKS,
+    GRADIENT_KIND,
+    WHITE_BOX_THREAT_MODELS,
     CanariesConfig,
     CheckpointsConfig,
     ComputeConfig,
@@ -37,10 +40,11 @@ from miaudit.config.sections import (
 )
 
 __all__ = [
-    "AUTO", "DEFAULT_ATTACKS", "REFERENCE_KEYWORDS", "RUN_RENAMED", "CanariesConfig",
+    "AUTO", "DEFAULT_ATTACKS", "GRADIENT_KIND", "REFERENCE_KEYWORDS", "RUN_RENAMED",
+    "WHITE_BOX_THREAT_MODELS", "CanariesConfig",
     "CheckpointsConfig", "ComputeConfig", "DatasetConfig", "ForgettingConfig", "MetricsConfig",
     "RunConfig", "SignalsConfig", "SplitConfig", "apply_renamed", "build_config", "check_alpha",
-    "check_delta", "check_signals", "compute_section", "config_from_dict", "default_queries",
-    "dump_config", "identity_config", "load_config", "read_yaml", "recipe_fields",
-    "resolve_grad_norm", "resolve_queries", "split_names",
+    "check_delta", "check_signals", "check_white_box_target", "compute_section",
+    "config_from_dict", "default_queries", "dump_config", "identity_config", "load_config",
+    "read_yaml", "recipe_fields", "resolve_grad_norm", "resolve_queries", "split_names",
 ]

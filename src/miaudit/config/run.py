@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from miaudit.config.canaries import check_canaries_section
 from miaudit.config.sections import (
     DEFAULT_ATTACKS,
     CanariesConfig,
@@ -182,7 +183,7 @@ def _check_types(cfg: RunConfig) -> None:
 
     design_spec(cfg.design)  # an unknown design: its registry's message, with did-you-mean
     _check_split_members(cfg)
-    _check_canaries(cfg)
+    cfg.canaries = check_canaries_section(cfg.canaries, cfg.design)
     _check_attacks(cfg)  # first of the sections that name things: it needs no torch
     from miaudit.models.text import TOKENIZERS
 
@@ -199,6 +200,7 @@ def _check_types(cfg: RunConfig) -> None:
         cfg.checkpoints = CheckpointsConfig()
 
     CheckpointSpec(cfg.checkpoints.epochs, cfg.checkpoints.steps)
+    check_white_box_target(cfg)
     need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
          f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
     need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
@@ -243,39 +245,21 @@ def _check_split_members(cfg: RunConfig) -> None:
                           "non-members.")
 
 
-def _check_canaries(cfg: RunConfig) -> None:
-    """``canaries``: a count >= 0, a registered kind, guesses that fit the count, and a design
-    that supports them (whether m can certify ε > 0 at all is checked with the recipe's δ in
-    miaudit.privacy.run_canaries, before training)."""
-    from miaudit.privacy.canaries import canary_kind, resolve_guesses
-    from miaudit.protocol import supports_canaries
-
-    if cfg.canaries is None:  # `canaries:` left empty in the YAML
-        cfg.canaries = CanariesConfig()
-    count = cfg.canaries.count
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise ConfigError(f"canaries.count must be an integer >= 0 (0: no canaries); "
-                          f"got {count!r}.")
-    kind = canary_kind(cfg.canaries.kind)
-    if kind.secret_texts:
-        from miaudit.privacy.secrets import secret_format
-
-        space = secret_format(cfg.canaries.secret_format).space_size
-        if count > space:
-            raise ConfigError(f"canaries.count {count} exceeds the {space:,} distinct secrets "
-                              f"of canaries.secret_format {cfg.canaries.secret_format!r}.")
-        n = cfg.canaries.exposure_candidates
-        if isinstance(n, bool) or not isinstance(n, int) or n < 20:
-            raise ConfigError(f"canaries.exposure_candidates must be an integer >= 20 (the "
-                              f"sample exposure is estimated from); got {n!r}.")
-    if count == 0:
+def check_white_box_target(cfg: RunConfig) -> None:
+    """Gradient canaries enter DP-SGD's steps: the target's recipe must have ``dp``, and its
+    run keeps no checkpoints (their models would need the canaries' record of each)."""
+    if not cfg.canaries.white_box:
         return
-    resolve_guesses(cfg.canaries.guesses, count)
-    if not supports_canaries(cfg.design):
+    target = recipe_fields(cfg)[0]
+    where = f"recipes.{cfg.recipe}" if isinstance(cfg.recipe, str) else "recipe"
+    if not target.get("dp"):
         raise ConfigError(
-            f"canaries need design: offline (the target alone trains on a random half of "
-            f"them; references never do); the {cfg.design} design is not supported yet."
-        )
+            f"canaries.kind: gradient adds canaries to DP-SGD's clipped gradients, but the "
+            f"target's recipe ({where}) has no dp: give it one, e.g. {where}.dp: {{epsilon: 4}}, "
+            f"or use canaries.kind: mislabelled (rows, black-box) for a model trained without DP.")
+    if cfg.checkpoints.epochs or cfg.checkpoints.steps:
+        raise ConfigError("canaries.kind: gradient audits the target's whole run; checkpoints "
+                          "are not supported with it: remove the checkpoints section.")
 
 
 def _suggest(word: str, choices: list[str]) -> str:

@@ -17,6 +17,11 @@ from miaudit.errors import ConfigError
 DEFAULT_ATTACKS = ("loss", "confidence", "entropy", "modified-entropy", "correctness")
 # The value of a signals setting that follows the rule of resolve_queries / resolve_grad_norm.
 AUTO = "auto"
+# canaries.kind of white-box gradient canaries, and the threat models they are scored under
+# (miaudit.train.gradient_canaries.canary_scores): the auditor sees every iterate θ_0 … θ_T,
+# or the final model θ_T only (θ_0 known either way)
+GRADIENT_KIND = "gradient"
+WHITE_BOX_THREAT_MODELS = ("every-iterate", "final-model")
 
 
 @dataclass
@@ -174,10 +179,13 @@ class MetricsConfig:
 class CanariesConfig:
     """One-run auditing (Steinke, Nasr & Jagielski 2023): ``count`` canary rows outside the
     audit, public and population pools, each in the target's training set with probability ½
-    (offline design only; references never train on them)."""
+    (offline design only; references never train on them); or, with ``kind: gradient``,
+    ``count`` white-box gradient canaries in a DP-SGD target's steps (no rows, any design;
+    checked by :func:`miaudit.config.canaries.check_canaries_section`)."""
 
     count: int = 0  # m canaries; 0: off
-    kind: str = "mislabelled"  # mislabelled | natural | secret (miaudit.privacy.canaries)
+    # mislabelled | natural | secret (rows, black-box) | gradient (white-box; below)
+    kind: str = "mislabelled"
     # kind secret: the secrets' format (miaudit.privacy.secrets), and how many candidates
     # sampled from its space estimate each canary's exposure
     secret_format: str = "account-number"
@@ -187,11 +195,32 @@ class CanariesConfig:
     guesses: dict[str, Any] | list[dict[str, Any]] | None = None
     alpha: float = 0.05
     delta: float | None = None  # None: the target's DP δ, else metrics.epsilon_delta
+    # kind gradient (white-box, a DP-SGD target; miaudit.train.gradient_canaries): each canary
+    # a vector of norm max_grad_norm in parameter space, not a dataset row. direction: dirac
+    # (one coordinate) or random (a seeded unit direction); coordinates (dirac): quiet (those
+    # the data's clipped gradients hardly touch) or random; probe_rows: the training rows
+    # that rank them; score: the every-iterate score (likelihood or sum); threat_models: the
+    # white-box auditors reported, each its own family of bounds
+    direction: str = "dirac"
+    coordinates: str = "quiet"
+    probe_rows: int = 1024
+    score: str = "likelihood"
+    threat_models: list[str] = field(default_factory=lambda: list(WHITE_BOX_THREAT_MODELS))
 
     def __post_init__(self) -> None:
         check_alpha(self.alpha, "canaries.alpha")
         if self.delta is not None:
             check_delta(self.delta, "canaries.delta")
+
+    @property
+    def white_box(self) -> bool:
+        """Gradient canaries (white-box, in DP-SGD's steps) rather than canary rows."""
+        return self.kind == GRADIENT_KIND and self.count > 0
+
+    @property
+    def rows(self) -> int:
+        """How many dataset rows the canaries take (none for gradient canaries)."""
+        return 0 if self.kind == GRADIENT_KIND else self.count
 
 
 @dataclass

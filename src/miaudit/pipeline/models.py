@@ -15,6 +15,7 @@ from miaudit.protocol import Design
 from miaudit.train import CheckpointSpec, ModelCache, Recipe, TrainedModel, key_for
 from miaudit.train.cluster import Compute
 from miaudit.train.forgetting import forget
+from miaudit.train.gradient_canaries import GradientCanaries, GradientCanaryRecord
 from miaudit.train.model_cache import forgetting_key
 
 
@@ -71,13 +72,17 @@ def run_compute(cfg: RunConfig) -> Compute:
 def train_design(
     cfg: RunConfig, dataset: Dataset, design: Design, cache: ModelCache, device: str,
     progress: bool, target_dataset: Dataset | None = None,
-) -> list[TrainedModel]:  # fmt: skip
+) -> tuple[list[TrainedModel], GradientCanaryRecord | None]:  # fmt: skip
     """Every model of the design, from the cache or trained (models sharing a recipe and a
     dataset train together, stacked where the trainer can), each with its checkpoints when the
     config keeps some (target and references at the same positions). `target_dataset`: what
     the target trains on when it differs from `dataset` (canaries' labels; its fingerprint
     makes the target's cache key). The misses train where ``cfg.compute`` says (this machine,
-    or a Ray cluster: the same weights, see :mod:`miaudit.train.cluster`)."""
+    or a Ray cluster: the same weights, see :mod:`miaudit.train.cluster`).
+
+    With gradient canaries (``canaries.kind: gradient``) the target trains on this machine
+    with them (:meth:`ModelCache.get_or_train_with_canaries`, its own cache key) and their
+    record comes back second (None otherwise); the references are as without them."""
     recipes = resolve_recipes(cfg)
     spec = checkpoint_spec(cfg)
     compute = run_compute(cfg)
@@ -85,7 +90,16 @@ def train_design(
     models: list[TrainedModel | None] = [None] * design.n_models
     others = [m for m in range(design.n_models) if m != design.target]
     target_data = target_dataset or dataset
-    if recipes.target == recipes.reference and target_data is dataset:
+    record = None
+    if cfg.canaries.white_box:
+        models[design.target], record = cache.get_or_train_with_canaries(
+            target_data.fingerprint(), design.training_rows(design.target), recipes.target,
+            seeds[design.target], gradient_canaries(cfg), device,
+            features=target_data.features, labels=target_data.labels,
+            num_classes=target_data.num_classes, progress=progress,
+        )  # fmt: skip
+        plan = [(recipes.reference, dataset, others)]
+    elif recipes.target == recipes.reference and target_data is dataset:
         # one call: all models can train stacked together
         plan = [(recipes.target, dataset, [design.target, *others])]
     else:
@@ -108,7 +122,15 @@ def train_design(
         )
         for m, model in zip(members, trained, strict=True):
             models[m] = model
-    return [m for m in models if m is not None]
+    return [m for m in models if m is not None], record
+
+
+def gradient_canaries(cfg: RunConfig) -> GradientCanaries:
+    """The run's white-box gradient canaries (``canaries.kind: gradient``), seeded by the
+    run's seed (their inclusion, coordinates or directions, and per-step sampling)."""
+    c = cfg.canaries
+    return GradientCanaries(c.count, kind=c.direction, seed=cfg.seed,
+                            coordinates=c.coordinates, probe_rows=c.probe_rows)
 
 
 def forgetting_models(
@@ -131,6 +153,8 @@ def forgetting_models(
     rows = np.sort(design.split.public)
     target_key = key_for(dataset.fingerprint(), design.training_rows(design.target),
                          target.recipe, target.seed, dataset.num_classes)  # fmt: skip
+    if cfg.canaries.white_box and target.cache_key:  # a copy of the canary-trained target
+        target_key = target.cache_key
     copies = []
     for k in range(cfg.forgetting.models):
         seed = cfg.seed * 10_000 + 5_000 + k

@@ -34,6 +34,7 @@ from miaudit.signals.assemble import (
     require_channels,
 )
 from miaudit.train import ModelCache, TrainedModel
+from miaudit.train.gradient_canaries import GradientCanaryRecord
 from miaudit.train.model_cache import default_cache_dir
 
 
@@ -55,6 +56,8 @@ class BuiltBank:
     original: Dataset | None = None  # the dataset as loaded, when canaries relabelled it
     tokenizer: Any = None  # a text dataset's tokenizer (None: MiniLM's WordPiece, or no text)
     secrets: list[CanarySecret] = field(default_factory=list)  # secret canaries' texts
+    # the target's white-box gradient canaries' record (canaries.kind: gradient)
+    gradient_canaries: GradientCanaryRecord | None = None
 
 
 def build_bank(cfg: RunConfig, progress: bool = True, query: bool = True) -> BuiltBank:
@@ -72,7 +75,7 @@ def build_bank(cfg: RunConfig, progress: bool = True, query: bool = True) -> Bui
     check_lm_recipes(cfg, dataset.kind)
     split = make_split(
         len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed,
-        canaries=cfg.canaries.count,
+        canaries=cfg.canaries.rows,  # gradient canaries take no rows
     )
     if dataset.kind == "text":  # text models train and are queried on token ids
         from miaudit.models.run_tokenizer import run_tokenizer, tokenized_dataset
@@ -102,15 +105,17 @@ def build_bank(cfg: RunConfig, progress: bool = True, query: bool = True) -> Bui
     cache = ModelCache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
     original, dataset = dataset, target_dataset(dataset, design, cfg, canary_features)
     start = time.perf_counter()
-    models = train_design(cfg, original, design, cache, device, progress, target_dataset=dataset)
+    models, record = train_design(cfg, original, design, cache, device, progress,
+                                  target_dataset=dataset)
     copies = forgetting_models(cfg, dataset, design, models[design.target], cache, device)
     train_wall = time.perf_counter() - start
     built = BuiltBank(
         bank=None, design=design, dataset=dataset, models=models, queries=list(queries),
         trained=cache.stats.misses, reused=cache.stats.hits, forgetting=copies, texts=texts,
         original=original if original is not dataset else None, tokenizer=tokenizer,
-        secrets=secrets, info={"device": device, "train_wall_seconds": train_wall,
-                               "notes": notes, "query_seconds": 0.0},
+        secrets=secrets, gradient_canaries=record,
+        info={"device": device, "train_wall_seconds": train_wall, "notes": notes,
+              "query_seconds": 0.0},
     )
     if not query:
         return built

@@ -26,6 +26,7 @@ from miaudit.privacy.run_canaries import (
     exposure_line,
     exposure_summary,
 )
+from miaudit.privacy.white_box import gradient_canaries_csv, white_box_audit
 from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.records.run_dir import StagedRunDir
 from miaudit.report import format_table, write_report
@@ -133,6 +134,12 @@ def _run_into(
         if built.info.get("canary_secrets"):
             result.meta["canary_exposure"] = exposure_summary(
                 built.info["canary_secrets"], built.design.canary_included())
+    record = built.gradient_canaries
+    if record is not None:  # white-box families of their own, beside the black-box ones
+        audit = dataclasses.replace(audit, white_box=white_box_audit(
+            record, cfg.canaries, audit.settings))
+        write_text(out / "gradient_canaries.csv", gradient_canaries_csv(record, cfg.canaries))
+        written.append("gradient_canaries.csv")
     result.meta["privacy_audit"] = audit
     result.meta.update({
         "recipes": resolve_recipes(cfg).describe(),

@@ -206,6 +206,94 @@ def claim_finding(settings: PrivacySettings, best: BestBound | None) -> str | No
 
 
 @dataclass(frozen=True)
+class GradientCanarySettings:
+    """What the white-box bounds rest on: m gradient canaries (each in the DP-SGD run with
+    probability ½), how many took part, their direction (dirac or random) and coordinates,
+    the every-iterate score and the σ it used, the run's steps and sample rate, α, δ (and
+    where δ came from) and the (k₊, k₋) guesses fixed in advance."""
+
+    count: int
+    included: int
+    direction: str
+    coordinates: str | None
+    score: str
+    noise: float  # σ of the every-iterate likelihood score (estimated from the run)
+    noise_multiplier: float  # σ the accountant claims
+    steps: int
+    sample_rate: float
+    alpha: float
+    delta: float
+    delta_source: str
+    guesses: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GradientCanarySettings:
+        fields = _fields(cls, data)
+        fields["guesses"] = tuple((int(g["k_plus"]), int(g["k_minus"]))
+                                  for g in data.get("guesses") or ())
+        return cls(**fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["guesses"] = [{"k_plus": p, "k_minus": m} for p, m in self.guesses]
+        return out
+
+
+@dataclass(frozen=True)
+class WhiteBoxFamily:
+    """One white-box threat model's bounds (``every-iterate``: the auditor sees every
+    iterate θ_0 … θ_T; ``final-model``: θ_0 and θ_T only): a Bonferroni family of its own
+    over the ``bounds_compared`` (k₊, k₋) candidates. ``best``: the one-run ε bound (kind
+    ``one_run``), ``best_mu``: the one-run f-DP μ bound (kind ``fdp_one_run``, μ-GDP
+    assumed), each holding at 1 − α; ``claim_finding`` of the best ε against the claim."""
+
+    threat_model: str
+    bounds_compared: int
+    best: BestBound | None
+    best_mu: BestBound | None
+    claim_finding: str | None = None
+
+    @property
+    def family(self) -> str:
+        """The family's name: 'white-box every-iterate', 'white-box final-model'."""
+        return f"white-box {self.threat_model}"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WhiteBoxFamily:
+        best, best_mu = data.get("best"), data.get("best_mu")
+        return cls(threat_model=data["threat_model"],
+                   bounds_compared=int(data.get("bounds_compared") or 0),
+                   best=None if not best else BestBound.from_dict(best),
+                   best_mu=None if not best_mu else BestBound.from_dict(best_mu),
+                   claim_finding=data.get("claim_finding"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"family": self.family, "threat_model": self.threat_model,
+                "bounds_compared": self.bounds_compared,
+                "best": None if self.best is None else self.best.to_dict(),
+                "best_mu": None if self.best_mu is None else self.best_mu.to_dict(),
+                "claim_finding": self.claim_finding}
+
+
+@dataclass(frozen=True)
+class WhiteBoxAudit:
+    """A run's white-box audit: the gradient canaries' settings and one family of bounds
+    per threat model asked for (``canaries.threat_models``)."""
+
+    settings: GradientCanarySettings
+    families: tuple[WhiteBoxFamily, ...]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WhiteBoxAudit:
+        return cls(GradientCanarySettings.from_dict(data["canaries"]),
+                   tuple(WhiteBoxFamily.from_dict(f) for f in data.get("families") or ()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"canaries": self.settings.to_dict(),
+                "families": [f.to_dict() for f in self.families]}
+
+
+@dataclass(frozen=True)
 class PrivacyAudit:
     """A run's privacy audit: its :class:`PrivacySettings`, the best ε bound of the
     ``bounds_compared`` bounds (Bonferroni) and what it says of the claim
@@ -219,6 +307,7 @@ class PrivacyAudit:
     claim_finding: str | None = None
     mu_bounds_compared: int = 0
     best_mu: BestBound | None = None
+    white_box: WhiteBoxAudit | None = None  # gradient canaries: families of their own
 
     @property
     def exceeds_claim(self) -> bool | None:
@@ -253,14 +342,20 @@ class PrivacyAudit:
                    best=None if not best else BestBound.from_dict(best),
                    claim_finding=finding,
                    mu_bounds_compared=int(data.get("mu_bounds_compared") or 0),
-                   best_mu=None if not best_mu else BestBound.from_dict(best_mu))
+                   best_mu=None if not best_mu else BestBound.from_dict(best_mu),
+                   white_box=(None if not data.get("white_box")
+                              else WhiteBoxAudit.from_dict(data["white_box"])))
 
     def to_dict(self) -> dict[str, Any]:
         """The settings' dict, then ``bounds_compared``, ``best``, ``exceeds_claim``,
-        ``refutes_claim``, ``claim_finding``, ``mu_bounds_compared`` and ``best_mu``."""
-        return {**self.settings.to_dict(), "bounds_compared": self.bounds_compared,
-                "best": None if self.best is None else self.best.to_dict(),
-                "exceeds_claim": self.exceeds_claim, "refutes_claim": self.refutes_claim,
-                "claim_finding": self.claim_finding,
-                "mu_bounds_compared": self.mu_bounds_compared,
-                "best_mu": None if self.best_mu is None else self.best_mu.to_dict()}
+        ``refutes_claim``, ``claim_finding``, ``mu_bounds_compared`` and ``best_mu``; then
+        ``white_box`` (:class:`WhiteBoxAudit`) when the run had gradient canaries."""
+        out = {**self.settings.to_dict(), "bounds_compared": self.bounds_compared,
+               "best": None if self.best is None else self.best.to_dict(),
+               "exceeds_claim": self.exceeds_claim, "refutes_claim": self.refutes_claim,
+               "claim_finding": self.claim_finding,
+               "mu_bounds_compared": self.mu_bounds_compared,
+               "best_mu": None if self.best_mu is None else self.best_mu.to_dict()}
+        if self.white_box is not None:  # absent otherwise: other runs' summaries unchanged
+            out["white_box"] = self.white_box.to_dict()
+        return out

@@ -34,6 +34,8 @@ class CanaryKind:
     relabel: Callable[[np.ndarray, int, np.random.Generator], np.ndarray]
     # the rows' texts are replaced by secret-bearing texts (causal LMs; canaries.secret_format)
     secret_texts: bool = False
+    # not rows at all: vectors in DP-SGD's gradients (kind gradient, white-box; relabel unused)
+    white_box: bool = False
 
 
 _KINDS: Registry[CanaryKind] = Registry(
@@ -42,11 +44,11 @@ _KINDS: Registry[CanaryKind] = Registry(
 )
 
 
-def register_canary_kind(name: str, description: str, secret_texts: bool = False
-                         ) -> Callable[[Callable], Callable]:  # fmt: skip
+def register_canary_kind(name: str, description: str, secret_texts: bool = False,
+                         white_box: bool = False) -> Callable[[Callable], Callable]:
     """Register a canary kind under ``name`` (run configs name it in ``canaries.kind``)."""
     return _KINDS.decorator(
-        name, lambda relabel: CanaryKind(name, description, relabel, secret_texts))
+        name, lambda relabel: CanaryKind(name, description, relabel, secret_texts, white_box))
 
 
 def canary_kind_names() -> list[str]:
@@ -78,6 +80,15 @@ def _natural(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> 
     secret_texts=True)
 def _secret(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
     return labels.copy()
+
+
+@register_canary_kind(
+    "gradient", "white-box gradient canaries (Steinke, Nasr & Jagielski 2023): vectors of norm "
+    "max_grad_norm added to a DP-SGD target's clipped gradients, each canary in the run with "
+    "probability ½; scored from every iterate and from the final model "
+    "(miaudit.train.gradient_canaries)", white_box=True)
+def _gradient(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
+    return labels.copy()  # never called: gradient canaries take no rows
 
 
 def canary_labels(kind: str, labels: np.ndarray, num_classes: int, seed: int) -> np.ndarray:

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.config import RunConfig
+from miaudit.config import RunConfig, check_white_box_target
+from miaudit.config.canaries import check_canaries_section
 from miaudit.data import Dataset
 from miaudit.errors import ConfigError
 from miaudit.pipeline.models import resolve_recipes
@@ -42,6 +43,10 @@ def check_canaries(cfg: RunConfig) -> None:
     """Before any work: can these canaries and guesses certify ε > 0 at all, even with every
     guess right? If not, :mod:`miaudit.privacy`'s ConfigError says how many guesses or canaries
     it would take (``min_guesses``, ``min_canaries``)."""
+    # a RunConfig built in Python skipped the config's checks: the section's and the
+    # recipe's (gradient canaries need dp) again, before any work
+    cfg.canaries = check_canaries_section(cfg.canaries, cfg.design)
+    check_white_box_target(cfg)
     m = cfg.canaries.count
     if not m:
         return

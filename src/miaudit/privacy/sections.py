@@ -11,7 +11,7 @@ over the K bounds compared (Bonferroni), and says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from miaudit.privacy.audit_record import BestBound, PrivacyAudit
 from miaudit.privacy.results import (
@@ -30,6 +30,9 @@ from miaudit.privacy.results import (
 )
 from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.report.formatting import fmt_epsilon
+
+if TYPE_CHECKING:
+    from miaudit.privacy import OneRunBound
 
 # the words for each bound, where a sentence names one (FDP_ONE_RUN: a best μ only, no
 # attack's metrics key)
@@ -188,14 +191,102 @@ def missing_notes(result: AuditResult) -> list[str]:
     return notes
 
 
+# what each white-box threat model's auditor sees (miaudit.train.gradient_canaries)
+THREAT_MODEL_WORDS = {
+    "every-iterate": "the auditor sees every iterate θ₀ … θ_T, as DP-SGD's accounting assumes",
+    "final-model": "the auditor sees the initial and the final weights only",
+}
+WHITE_BOX_HEADER = ["threat model", "ε one-run", "μ f-DP", "ε est. (μ)", "m", "k₊", "k₋", "r",
+                    "v", "α", "δ"]
+
+
+def white_box_lines(audit: PrivacyAudit | None) -> list[str]:
+    """One sentence per white-box family of a run with gradient canaries ([] without):
+    'White-box every-iterate (the auditor sees every iterate ...): one-run ε lower bound 0.9
+    at δ 1e-05 (...; 95% over 1 candidate, Bonferroni); f-DP μ lower bound 0.4 (μ-GDP
+    assumed, ...), ε ≈ 1.6 ... It does not exceed the claim ...'."""
+    if audit is None or audit.white_box is None:
+        return []
+    m = audit.white_box.settings.count
+    lines = []
+    for fam in audit.white_box.families:
+        head = f"White-box {fam.threat_model} ({THREAT_MODEL_WORDS[fam.threat_model]}): "
+        k = fam.bounds_compared
+        over = (f"{confidence(fam.best.family_alpha)} over {k} guess candidates, Bonferroni"
+                if fam.best is not None and k > 1 else
+                confidence(fam.best.family_alpha) if fam.best is not None else "")
+        best, mu = fam.best, fam.best_mu
+        if best is None or best.epsilon <= 0:
+            text = head + f"no one-run ε > 0 certified by {m} gradient canaries ({over})."
+        else:
+            b = cast("OneRunBound", best.bound)  # a white-box best ε is a one-run bound
+            text = (head + f"one-run ε lower bound {fmt_epsilon(best.epsilon)} at δ "
+                    f"{best.delta:g} ({m} gradient canaries, {b.guesses} guesses, "
+                    f"{b.correct} right; {over}).")
+        if mu is not None and mu.mu is not None:
+            text += (f" f-DP: μ lower bound {fmt_epsilon(mu.mu)} ({FDP_BASIS}; "
+                     f"{confidence(mu.family_alpha)}), ε ≈ {fmt_epsilon(mu.epsilon)} at δ "
+                     f"{mu.delta:g} if the trade-off curve is Gaussian (an estimate).")
+        if fam.claim_finding in CLAIM_WORDS and best is not None and best.epsilon > 0:
+            text += " " + CLAIM_WORDS[fam.claim_finding]
+        lines.append(text)
+    return lines
+
+
+def _white_box_rows(audit: PrivacyAudit) -> list[list[str]]:
+    """A row per white-box family: its best ε and μ, μ's ε estimate, and the ε's counts."""
+    assert audit.white_box is not None
+    rows = []
+    for fam in audit.white_box.families:
+        b = None if fam.best is None else cast("OneRunBound", fam.best.bound)
+        mu, alpha = fam.best_mu, 0.0 if fam.best is None else fam.best.family_alpha
+        rows.append([fam.family,
+                     "-" if fam.best is None else fmt_epsilon(fam.best.epsilon),
+                     "-" if mu is None else fmt_epsilon(mu.mu),
+                     "-" if mu is None else fmt_epsilon(mu.epsilon),
+                     *(["-"] * 7 if b is None else
+                       [str(b.m), str(b.k_plus), str(b.k_minus), str(b.guesses),
+                        str(b.correct), f"{alpha:g}", f"{b.delta:g}"])])
+    return rows
+
+
+def _white_box_legend(audit: PrivacyAudit) -> list[str]:
+    assert audit.white_box is not None
+    s = audit.white_box.settings
+    where = f", {s.coordinates} coordinates" if s.coordinates else ""
+    k = len(s.guesses)
+    each = ("on the one (k₊, k₋) guess pair fixed in advance" if k == 1 else
+            f"each the best of {k} (k₊, k₋) candidates fixed in advance, each at α / {k}")
+    return [
+        f"White-box (Steinke, Nasr & Jagielski 2023): {s.count} gradient canaries "
+        f"({s.direction}{where}; each a vector of the clipping norm, one more example of "
+        f"DP-SGD's dataset, Poisson-sampled at rate {s.sample_rate:.4g} over {s.steps} "
+        f"steps), {s.included} in the run (each with probability ½). Every iterate: the "
+        f"{s.score} score of each step's privatised gradient (σ {s.noise:.3g} read off the run; "
+        f"the accountant claims {s.noise_multiplier:.3g}); final model: ⟨θ₀ − θ_T, u⟩. Each "
+        f"threat model is a Bonferroni family of its own: its ε (one-run) and its μ (f-DP, "
+        f"Mahloujifar, Melis & Chaudhuri 2025: it rejects μ-GDP curves only, and its ε holds "
+        f"only if the trade-off curve is Gaussian), {each}, so each holds at 1 − α; δ from "
+        f"{s.delta_source}. The table's "
+        f"counts are the ε's. They rest on the DP-SGD guarantee for each canary's inclusion "
+        f"(miaudit's coin): a white-box bound above the claim refutes it.",
+        "The black-box bounds (the attacks' rows above, the line's best) are about an auditor "
+        "who queries the final model only, and are a family of their own.",
+    ]
+
+
 @dataclass
 class PrivacySection:
-    """The 'Privacy audit' section: its line, a table per attack and what the table means."""
+    """The 'Privacy audit' section: its line, a table per attack and what the table means;
+    with gradient canaries, a line and a row per white-box family."""
 
     line: str
     header: list[str]
     rows: list[list[str]]
     legend: list[str] = field(default_factory=list)
+    white_box_lines: list[str] = field(default_factory=list)
+    white_box_header: list[str] = field(default_factory=list)
+    white_box_rows: list[list[str]] = field(default_factory=list)
 
 
 def privacy_section(result: AuditResult) -> PrivacySection | None:
@@ -272,4 +363,10 @@ def privacy_section(result: AuditResult) -> PrivacySection | None:
         )
     legend.append("A best bound over several attacks holds only with each recounted at α / K "
                   "(the line above); a single attack's bound holds at 1 − α on its own.")
-    return PrivacySection(line=line, header=header, rows=rows, legend=legend)
+    if audit.white_box is None:
+        return PrivacySection(line=line, header=header, rows=rows, legend=legend)
+    return PrivacySection(line=line, header=header, rows=rows,
+                          legend=legend + _white_box_legend(audit),
+                          white_box_lines=white_box_lines(audit),
+                          white_box_header=list(WHITE_BOX_HEADER),
+                          white_box_rows=_white_box_rows(audit))

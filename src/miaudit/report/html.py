@@ -154,8 +154,12 @@ def _privacy_html(result: AuditResult) -> str:
     if section is None:
         return ""
     legend = "".join(f"<li>{escape(x)}</li>" for x in section.legend)
+    white = "".join(f"<p>{escape(x)}</p>" for x in section.white_box_lines)
+    if section.white_box_rows:
+        white += _table(section.white_box_header, section.white_box_rows)
     return (f"<h2>Privacy audit</h2><p>{escape(section.line)}</p>"
-            + _table(section.header, section.rows) + f'<ul class="legend">{legend}</ul>')
+            + _table(section.header, section.rows) + white
+            + f'<ul class="legend">{legend}</ul>')
 
 
 def _models_html(models: Any) -> str:

@@ -22,6 +22,7 @@ from miaudit.privacy.sections import (
     privacy_section,
     recorded_audit,
     table_columns,
+    white_box_lines,
 )
 from miaudit.records.outcomes import AuditResult
 from miaudit.report.split import split_line
@@ -79,6 +80,8 @@ def format_table(
         out += _wrap(verdict_line(result), width)
         privacy = privacy_line(result)
         out += _wrap(privacy, width) if privacy else []
+        out += [line for text in white_box_lines(recorded_audit(result))
+                for line in _wrap(text, width)]
         split = split_line(result, short=True)
         out += [*_wrap(split, width), ""] if split else [""]
     legend = table.legend
@@ -94,6 +97,8 @@ def format_table(
     if section is not None and _has_canaries(result):  # the details matter with canaries
         header, rows, dropped = _fit_privacy(section.header, section.rows, width)
         out += ["", "Privacy audit", *_fixed_width(header, [], rows), ""]
+        if section.white_box_rows:
+            out += [*_fixed_width(section.white_box_header, [], section.white_box_rows), ""]
         out += [line for text in (*_left_out_note(dropped, width), *section.legend)
                 for line in _wrap(text, width)]
     return "\n".join(out) + "\n"
@@ -245,8 +250,10 @@ def _legend_without(result: AuditResult, table: Table, kept: list[str]) -> list[
 
 
 def _has_canaries(result: AuditResult) -> bool:
+    """Canary rows or gradient canaries: the section's details matter then."""
     audit = recorded_audit(result)
-    return audit is not None and audit.settings.canaries is not None
+    return audit is not None and (audit.settings.canaries is not None
+                                  or audit.white_box is not None)
 
 
 def _fixed_width(header: list[str], subheader: list[str], rows: list[list[str]]) -> list[str]:

@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from miaudit.errors import MiauditError
 from miaudit.io import atomic_open, write_json, write_text
-from miaudit.privacy.sections import privacy_line, recorded_audit
+from miaudit.privacy.sections import privacy_line, recorded_audit, white_box_lines
 from miaudit.records.outcomes import AttackCost, AttackMetrics, AuditResult, read_metrics_entry
 from miaudit.report.html import render_html, to_jsonable
 from miaudit.report.plots import figure_png, histograms_png, roc_png
@@ -139,6 +139,8 @@ def summary_document(result: AuditResult) -> dict[str, Any]:
     audit = recorded_audit(result)
     if audit is not None:  # the line the report prints, with it
         summary["privacy_audit"] = {**audit.to_dict(), "line": privacy_line(result)}
+        if audit.white_box is not None:  # the white-box families' sentences, as printed
+            summary["privacy_audit"]["white_box_lines"] = white_box_lines(audit)
     note = cache_note(meta)
     if note:
         summary["train_note"] = note

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -46,6 +46,9 @@ from miaudit.train.cluster import Compute, RayTrainingError
 from miaudit.train.ledger import training_ledger
 from miaudit.train.recipe import Recipe
 from miaudit.train.trainer import ArrayLike, TrainedModel
+
+if TYPE_CHECKING:
+    from miaudit.train.gradient_canaries import GradientCanaries, GradientCanaryRecord
 
 log = logging.getLogger(__name__)
 # The training code's sources, read as it is imported (see miaudit.cache.code_version).
@@ -237,6 +240,64 @@ class ModelCache:
                 raise exc.with_keys([key for key, _ in todo]) from exc
         return [found[key] for key in keys]
 
+    def get_or_train_with_canaries(
+        self,
+        dataset_fingerprint: str,
+        indices: ArrayLike,
+        recipe: Recipe,
+        seed: int,
+        canaries: GradientCanaries,
+        device: str | torch.device = "cpu",
+        *,
+        features: ArrayLike,
+        labels: ArrayLike,
+        num_classes: int | None = None,
+        progress: bool = True,
+    ) -> tuple[TrainedModel, GradientCanaryRecord]:
+        """The DP-SGD model of these inputs trained with white-box ``canaries``
+        (:func:`~miaudit.train.dp.train_model_dp`) and the run's record, from the cache or
+        trained here and stored. The key is the canary-free one with the canaries' settings
+        (:func:`~miaudit.cache.gradient_records.canary_key`), so the canary-free model keeps
+        its own entry; the record is stored beside the model and verified on every load (a
+        missing or altered record makes the entry corrupt: it is retrained)."""
+        from miaudit.cache import gradient_records
+
+        n_classes = trainer.infer_num_classes(labels) if num_classes is None else num_classes
+        input_shape = tuple(int(d) for d in features.shape[1:])
+        key = gradient_records.canary_key(
+            key_for(dataset_fingerprint, indices, recipe, seed, num_classes), canaries)
+        record_path = gradient_records.record_path(self.root, key)
+        model = self._try_load(key, recipe, seed, input_shape, int(n_classes), device)
+        if model is not None:
+            try:
+                meta, _ = self._read_verified(key)
+                record = gradient_records.load_record(
+                    record_path, meta.get(gradient_records.RECORD_SHA256))
+            except (CacheError, FileNotFoundError) as exc:
+                log.warning("cache entry %s is corrupt (%s); retraining", key, exc)
+                self.stats.corrupt += 1
+                self.meta_path(key).unlink(missing_ok=True)
+            else:
+                self.stats.hits += 1
+                canaries.record = record
+                return model, record
+        self.stats.misses += 1
+        training_ledger().planned += 1
+        with trainer.cpu_threads(1 if torch.device(device).type == "cpu" else None):
+            model = dp.train_model_dp(recipe, features, labels, indices, seed, device,
+                                      n_classes, progress, gradient_canaries=canaries)
+        record = canaries.record
+        assert record is not None  # train_model_dp's finish() left it
+        model.node, model.device = "local", torch.device(device).type
+        # the record first, the entry's json (naming its hash) last: an entry exists only
+        # with its record
+        digest = gradient_records.save_record(record_path, record)
+        self._store(key, model, dataset_fingerprint, indices,
+                    extra={gradient_records.RECORD_SHA256: digest})
+        self.stats.stored += 1
+        training_ledger().stored += 1
+        return model, record
+
     def _store_run(
         self, key: str, model: TrainedModel, dataset_fingerprint: str, indices: ArrayLike,
         positions: dict[str, int], device: str | torch.device,
@@ -402,6 +463,7 @@ class ModelCache:
         dataset_fingerprint: str,
         indices: ArrayLike,
         run_key: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         state = {k: v.detach().cpu().contiguous() for k, v in model.module.state_dict().items()}
         with atomic_path(self.weights_path(key)) as tmp:
@@ -428,6 +490,7 @@ class ModelCache:
             "checkpoint_of": run_key,
             "trained_on": {"node": model.node, "device": model.device},  # for the record
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **(extra or {}),  # e.g. the hash of a gradient-canary record stored beside it
         }
         write_json(self.meta_path(key), meta)
         model.cache_key = key
