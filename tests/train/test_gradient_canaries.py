@@ -5,6 +5,8 @@ find the planted bug (noise × 0.25) in one run, and nothing changes for runs wi
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -162,3 +164,28 @@ def test_random_directions_and_bad_settings(data):
         _train(data, POISSON, 0, GradientCanaries(10**7))
     with pytest.raises(ConfigError, match="threat_model"):
         canary_scores(r, "black-box")
+
+
+def test_rows_part_per_step_noise_and_raw_norm(data):
+    """The record keeps the rows' part d of each projection (x − d: canary and noise alone),
+    the per-step noise estimate reads each step's σ, and a canary whose raw gradient exceeds
+    C is clipped to C like an example: the same run as a canary of norm C."""
+    plain = GradientCanaries(M, seed=2)
+    _train(data, POISSON, 2, plain)
+    loud = GradientCanaries(M, seed=2, norm=4.0)
+    model = _train(data, POISSON, 2, loud)
+    r = plain.record
+    assert np.array_equal(r.projections, loud.record.projections)
+    assert model.privacy["gradient_canaries"]["norm"] == 4.0
+    assert r.data.shape == r.projections.shape and np.abs(r.data).max() > 0
+    assert abs(estimated_noise(r, known_data=True) / r.noise_multiplier - 1) < 0.1
+    from miaudit.train.gradient_canaries import _per_step_noise
+
+    per_step = _per_step_noise(r.projections - r.data, r.noise_multiplier)
+    assert per_step.shape == (r.steps,) and np.all(abs(per_step / r.noise_multiplier - 1) < 0.2)
+    scores = canary_scores(r, noise="per-step", known_data=True)
+    assert scores.shape == (M,) and np.isfinite(scores).all()
+    with pytest.raises(ConfigError, match="norm"):
+        GradientCanaries(10, norm=0)
+    with pytest.raises(ConfigError, match="known_data"):
+        canary_scores(dataclasses.replace(r, data=None), known_data=True)

@@ -50,6 +50,8 @@ TRAINER_CODE: dict[str, str] = {
     "miaudit.train.common": "optimizers, the learning-rate schedule, seed derivation, RNG "
                           "isolation, snapshots",
     "miaudit.train.dp": "DP-SGD: per-sample clipping, noise, Poisson sampling, accounting",
+    "miaudit.train.dp_implementations": "DP-SGD's planted bugs (the correct one changes "
+                                         "nothing), which a DP run applies",
     "miaudit.train.augment": "image augmentation applied to each batch",
     "miaudit.train.rows": "which rows, dtypes and class count training sees",
     "miaudit.train.recipe": "a recipe's defaults and normalisation: what its key means",

@@ -39,6 +39,7 @@ BUILTIN_MODULES = ("miaudit.studies.smoke",
                    "miaudit.studies.generalization",
                    "miaudit.studies.text",
                    "miaudit.studies.dp_audit",
+                   "miaudit.studies.dp_bugs",
                    "miaudit.studies.power",
                    "miaudit.studies.llm",)
 

@@ -31,6 +31,14 @@ and swapping it for GroupNorm would change the architecture the model cache rebu
 runs in fp32 only: a recipe with ``dp`` and ``precision: bf16`` is refused by the recipe (Opacus's
 per-sample gradients under autocast are not verified here). On CUDA the loader indexes the
 resident tensors row by row (``TensorDataset``), and the epoch's loss adds up on the device.
+
+Planted bugs (auditing studies, ``miaudit study dp-bugs``): ``train_model_dp(...,
+implementation=NAME)`` runs one of :mod:`miaudit.train.dp_implementations`' named
+implementations (``"correct"``, the default, or one with a bug that leaves the accountant's
+claim unchanged), recorded in ``privacy["implementation"]``. It is deliberately *not* a key
+of the recipe's ``dp`` section: a recipe (and so the model cache, whose key is the recipe's)
+only ever trains the correct implementation, and a study that plants a bug trains its models
+itself, uncached.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from miaudit.models import build_model
 from miaudit.train import common
 from miaudit.train.checkpoints import CheckpointSpec, steps_per_epoch
 from miaudit.train.common import EpochCallback, TrainedModel
+from miaudit.train.dp_implementations import DPImplementation, get_implementation, plant
 from miaudit.train.engine import train_loop
 from miaudit.train.recipe import PRV_MAX_AUTO_EPSILON, Recipe
 from miaudit.train.rows import ArrayLike, training_rows
@@ -240,16 +249,20 @@ class _Private(NamedTuple):
     loader: Any  # Opacus's DPDataLoader: Poisson-sampled batches
     engine: Any  # the PrivacyEngine, whose accountant saw every step
     search: NoiseSearch
+    implementation: DPImplementation
 
 
 def _make_private(
     recipe: Recipe, x: torch.Tensor, y: torch.Tensor, n_classes: int, shuffle_seed: int,
-    canaries: GradientCanaries | None = None,
+    canaries: GradientCanaries | None = None, impl: DPImplementation | None = None,
 ) -> _Private:
     """Build the model (under the caller's seeded RNG), check Opacus can train it, find the
     noise for the target and wrap model, optimizer and a seeded loader with ``make_private``.
     ``canaries``: chosen on the freshly built model, then hooked into the DP optimizer (they
-    use their own generators, so the global RNG stream is the same with or without them)."""
+    use their own generators, so the global RNG stream is the same with or without them).
+    ``impl``: the implementation (planted bugs go in before the canaries hook in, so that the
+    canaries pass through them as examples would); None is the correct one."""
+    impl = impl or get_implementation("correct")
     from opacus import PrivacyEngine
     from opacus.validators import ModuleValidator
 
@@ -257,6 +270,7 @@ def _make_private(
     loader = DataLoader(
         TensorDataset(x, y),
         batch_size=recipe.batch_size,
+        shuffle=not impl.poisson_sampling,  # the shuffle bug's batches; Poisson: Opacus's own
         generator=torch.Generator(device="cpu").manual_seed(shuffle_seed),
     )
     input_shape = tuple(int(d) for d in x.shape[1:])
@@ -285,11 +299,21 @@ def _make_private(
             data_loader=loader,
             noise_multiplier=search.sigma,
             max_grad_norm=dp["max_grad_norm"],
+            poisson_sampling=impl.poisson_sampling,
         )
+    plant(dp_optimizer, impl, len(loader))
+    if canaries is not None and impl.canaries_in_batch_size:
+        # Opacus's int(len(dataset) * q), the included canaries counted as rows of the dataset
+        included = int(canaries.included_mask().sum())
+        rows = len(loader.dataset) + included
+        dp_optimizer.expected_batch_size = int(rows * (1.0 / len(loader)))
     if canaries is not None:  # the claimed noise: what the accountant's epsilon assumes
-        canaries.attach(dp_optimizer, 1.0 / len(loader), search.sigma)
+        extra = {} if impl.is_correct else {
+            "clipping": impl.clipping,
+            "shuffled_steps": None if impl.poisson_sampling else len(loader)}
+        canaries.attach(dp_optimizer, 1.0 / len(loader), search.sigma, **extra)
     return _Private(DPStrategy(module, dp_module, dp_optimizer, recipe, x.device), dp_loader,
-                    engine, search)  # fmt: skip
+                    engine, search, impl)  # fmt: skip
 
 
 def _privacy_record(recipe: Recipe, private: _Private, steps: int, sample_rate: float) -> dict:
@@ -308,6 +332,9 @@ def _privacy_record(recipe: Recipe, private: _Private, steps: int, sample_rate: 
         "sample_rate": sample_rate,
         "steps": steps,
         "search_bounded": private.search.bounded,
+        # a planted bug (never for the correct implementation: its record is unchanged)
+        **({} if private.implementation.is_correct else
+           {"implementation": private.implementation.to_record()}),
     }
 
 
@@ -325,6 +352,7 @@ def train_model_dp(
     desc: str = "training (DP-SGD)",
     checkpoints: CheckpointSpec | None = None,
     gradient_canaries: GradientCanaries | None = None,
+    implementation: str | DPImplementation = "correct",
 ) -> TrainedModel:
     """Train ``recipe`` (which must have ``dp`` set) with DP-SGD; same seed, same weights.
 
@@ -340,7 +368,13 @@ def train_model_dp(
     in ``privacy["gradient_canaries"]``. Such a model differs from the canary-free one, so it
     must not be cached under the canary-free key. Without it (the default) nothing changes:
     same weights, same privacy record.
+
+    ``implementation``: a name of :data:`~miaudit.train.dp_implementations.IMPLEMENTATIONS`
+    (``"correct"``, the default, changes nothing; the others plant a bug that leaves the
+    accountant's claim unchanged and is recorded in ``privacy["implementation"]``). Such a
+    model must not be cached under the recipe's key either.
     """
+    impl = get_implementation(implementation)
     if recipe.dp is None:
         raise ConfigError("train_model_dp needs a recipe with dp set.")
     device = torch.device(device)
@@ -351,7 +385,7 @@ def train_model_dp(
     # Init, dropout and Opacus's noise draw from torch's global RNG: seeded, restored after.
     with common.isolated_rng(device, init_seed):
         private = _make_private(recipe, rows.x, rows.y, rows.n_classes, shuffle_seed,
-                                gradient_canaries)  # fmt: skip
+                                gradient_canaries, impl)  # fmt: skip
         result = train_loop(
             private.strategy, private.loader, recipe, n, device, checkpoints=checkpoints,
             on_epoch_end=on_epoch_end, progress=progress, desc=desc,

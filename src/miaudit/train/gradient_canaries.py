@@ -21,11 +21,16 @@ weight, and the canary's own drift hardly changes the network's function (a weig
 blank pixel has no effect at all). The choice uses the training data but never the inclusion
 mask, which is drawn afterwards and independently: the one-run theorem needs only that.
 ``kind="random"``: canary i is C times a seeded uniformly random unit direction (dense: m × d
-floats in memory, so for small models).
+floats in memory, so for small models). ``norm`` (default 1): a canary is an example whose raw
+gradient is ``norm``·C along its direction; DP-SGD's clipping cuts it to C (so the default and
+any larger norm give the same run), an implementation that skips clipping
+(:mod:`miaudit.train.dp_implementations`, ``no-clipping``) lets all of it through.
 
 **Sampling.** A canary acts as one more example of the dataset, so it is Poisson-sampled like
 every real row: at each step each *included* canary joins the batch independently with the
-loader's sample rate q (its own seeded generator, not torch's global one). This is the setting
+loader's sample rate q (its own seeded generator, not torch's global one); under an
+implementation whose batches are a shuffle per epoch (``shuffled-batches``) each included
+canary joins one uniformly random step of every epoch instead, as a row would. This is the setting
 the paper audits (gradient canaries as examples of DP-SGD's dataset), and the one the
 accountant's ε covers: a canary inserted at every step would have sample rate 1, for which
 the claimed ε says nothing. The canaries' gradients are added to Opacus's summed clipped
@@ -37,8 +42,9 @@ exactly as to a real example's clipped gradient.
 ``x[t, i] = B·⟨ĝ_t, u_i⟩ / C``, the privatised gradient ĝ_t the optimizer received (after
 noise and the division by the expected batch size B) projected on the canary's unit direction
 u_i, in units of C: N(0, σ²) noise, plus 1 when the canary joined step t, plus whatever the
-data put there. One gather per Dirac canary per step. And the projections of the initial and
-final weights on each u_i.
+data put there; and that last part alone, ``d[t, i] = ⟨S_t, u_i⟩ / C`` with S_t the summed
+clipped gradients of the step's real rows (read before the canaries go in). One gather per
+Dirac canary per step each. And the projections of the initial and final weights on each u_i.
 
 **Scores.** *Every iterate* (the auditor sees θ_0, θ_1, …, θ_T and knows the optimizer, so it
 can recover each step's privatised gradient from consecutive iterates): the sum over steps of
@@ -47,7 +53,11 @@ the log likelihood ratio of the Poisson-subsampled Gaussian,
 per-step test, Neyman–Pearson), or the plain ``Σ_t x_t`` (``score="sum"``). Note that the sum
 of the *updates'* projections, Σ_t ⟨θ_t − θ_{t+1}, u_i⟩, telescopes to the final-model score
 below, so recording it would add nothing: the every-iterate auditor gains only by weighing the
-steps (here, by the likelihood ratio of each). *Final model*: ``⟨θ_0 − θ_T, u_i⟩`` (the canary
+steps (here, by the likelihood ratio of each). ``known_data=True`` scores ``x − d`` instead:
+the adversary of DP's own threat model, who knows every other row and which of them each step
+sampled (the rows' sampling is independent of the canaries' coins, so conditioning on it
+leaves the canary's guarantee, subsampling included, intact), subtracts their clipped sum
+and is left with the canary and the noise alone. *Final model*: ``⟨θ_0 − θ_T, u_i⟩`` (the canary
 adds to the gradient, so an included one pushes its coordinate down). The IN/OUT guesses on
 the top/bottom scores then give the one-run ε bound (:mod:`miaudit.privacy.one_run`) and the
 f-DP one (:mod:`miaudit.privacy.fdp_one_run`): :func:`gradient_canary_audit`.
@@ -103,6 +113,7 @@ class GradientCanaryRecord:
     sample_rate: float  # q
     max_grad_norm: float  # C
     expected_batch_size: float  # B
+    data: np.ndarray | None = None  # float64 [T, m]: d[t, i] = ⟨S_t, u_i⟩ / C, the rows' part
 
     @property
     def m(self) -> int:
@@ -125,7 +136,8 @@ class GradientCanaries:
     """
 
     def __init__(self, count: int, kind: str = "dirac", seed: int = 0,
-                 coordinates: str = "quiet", probe_rows: int = 1024) -> None:  # fmt: skip
+                 coordinates: str = "quiet", probe_rows: int = 1024,
+                 norm: float = 1.0) -> None:  # fmt: skip
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
             raise ConfigError(f"gradient canaries: count must be a whole number >= 1, "
                               f"got {count!r}.")
@@ -137,14 +149,19 @@ class GradientCanaries:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ConfigError(f"gradient canaries: seed must be an integer >= 0, got {seed!r}.")
         self.count, self.kind, self.seed = int(count), kind, int(seed)
+        if isinstance(norm, bool) or not isinstance(norm, (int, float)) or not norm > 0:
+            raise ConfigError(f"gradient canaries: norm (a multiple of the clipping norm) must "
+                              f"be a number > 0, got {norm!r}.")
         self.coordinates, self.probe_rows = coordinates, int(probe_rows)
+        self.norm = float(norm)
         self.record: GradientCanaryRecord | None = None
         self._hook: _Hook | None = None
 
     def describe(self) -> dict[str, Any]:
         """The canaries' settings (for the privacy record)."""
-        return {"count": self.count, "kind": self.kind, "seed": self.seed,
-                "coordinates": self.coordinates if self.kind == "dirac" else None}
+        out = {"count": self.count, "kind": self.kind, "seed": self.seed,
+               "coordinates": self.coordinates if self.kind == "dirac" else None}
+        return out if self.norm == 1.0 else {**out, "norm": self.norm}
 
     def included_mask(self) -> np.ndarray:
         """Which canaries take part: independent fair coins from the canaries' seed."""
@@ -179,11 +196,15 @@ class GradientCanaries:
             directions = (u / u.norm(dim=1, keepdim=True)).to(device)
         self._hook = _Hook(self, params, coords, directions)
 
-    def attach(self, optimizer: Any, sample_rate: float, noise_multiplier: float) -> None:
-        """Hook the canaries into Opacus's ``DPOptimizer`` (see :class:`_Hook`)."""
+    def attach(self, optimizer: Any, sample_rate: float, noise_multiplier: float, *,
+               clipping: bool = True, shuffled_steps: int | None = None) -> None:
+        """Hook the canaries into Opacus's ``DPOptimizer`` (see :class:`_Hook`).
+        ``clipping``: whether the implementation clips (the canaries' raw norm is cut to C);
+        ``shuffled_steps``: steps per epoch of a shuffled-batch implementation (each included
+        canary joins one random step of each epoch), None for Poisson sampling."""
         if self._hook is None:
             raise RuntimeError("GradientCanaries.prepare must run before attach")
-        self._hook.attach(optimizer, sample_rate, noise_multiplier)
+        self._hook.attach(optimizer, sample_rate, noise_multiplier, clipping, shuffled_steps)
 
     def finish(self) -> GradientCanaryRecord:
         """Collect the run's record into :attr:`record` (after training) and detach."""
@@ -275,6 +296,7 @@ class _Hook:
         self.coords = coords
         self.initial = self._project([p.detach() for p in params])
         self.rows: list[torch.Tensor] = []
+        self.data_rows: list[torch.Tensor] = []
         self.sampled = torch.zeros(owner.count, dtype=torch.int64, device=self.device)
         self.gen = torch.Generator(device="cpu").manual_seed(_derive(owner.seed, 4))
 
@@ -288,14 +310,20 @@ class _Hook:
             out[ids] = tensors[k].reshape(-1).index_select(0, local).float()
         return out
 
-    def attach(self, optimizer: Any, sample_rate: float, noise_multiplier: float) -> None:
+    def attach(self, optimizer: Any, sample_rate: float, noise_multiplier: float,
+               clipping: bool = True, shuffled_steps: int | None = None) -> None:  # fmt: skip
         self.q, self.sigma = float(sample_rate), float(noise_multiplier)
         self.C = float(optimizer.max_grad_norm)
         self.B = float(optimizer.expected_batch_size)
+        # what one sampled canary adds: its raw norm, clipped to C unless the run skips it
+        norm = self.owner.norm
+        self.weight = self.C * (min(norm, 1.0) if clipping else norm)
+        self.shuffled_steps, self.step, self.slot = shuffled_steps, 0, None
         clip_and_accumulate, scale_grad = optimizer.clip_and_accumulate, optimizer.scale_grad
 
         def with_canaries() -> None:
             clip_and_accumulate()
+            self.data_rows.append(self._project([p.summed_grad for p in self.params]) / self.C)
             self._add(optimizer)
 
         def and_record() -> None:
@@ -306,10 +334,17 @@ class _Hook:
 
     def _add(self, optimizer: Any) -> None:
         """The sampled canaries' vectors (norm C each) into ``p.summed_grad``."""
-        coin = torch.rand(self.owner.count, generator=self.gen).to(self.device) < self.q
+        k = self.shuffled_steps
+        if k:  # shuffled batches: one uniformly random step of each epoch
+            if self.step % k == 0:
+                self.slot = torch.randint(k, (self.owner.count,), generator=self.gen)
+            coin = (self.slot == self.step % k).to(self.device)
+        else:
+            coin = torch.rand(self.owner.count, generator=self.gen).to(self.device) < self.q
+        self.step += 1
         joined = self.included & coin
         self.sampled += joined
-        weight = joined.to(torch.float32) * self.C
+        weight = joined.to(torch.float32) * self.weight
         if self.directions is not None:
             delta = weight @ self.directions
             for p, piece in zip(self.params, delta.split(self.sizes), strict=True):
@@ -330,6 +365,8 @@ class _Hook:
         m = self.owner.count
         proj = (torch.stack(self.rows).double().cpu().numpy() if self.rows
                 else np.zeros((0, m)))  # fmt: skip
+        data = (torch.stack(self.data_rows).double().cpu().numpy() if self.data_rows
+                else np.zeros((0, m)))  # fmt: skip
         return GradientCanaryRecord(
             included=self.included.cpu().numpy().astype(bool),
             projections=proj,
@@ -342,31 +379,47 @@ class _Hook:
             sample_rate=self.q,
             max_grad_norm=self.C,
             expected_batch_size=self.B,
+            data=data if data.shape == proj.shape else None,
         )
 
 
 # --- scores and bounds ------------------------------------------------------------------------
 
-def estimated_noise(record: GradientCanaryRecord) -> float:
+def _observed(record: GradientCanaryRecord, known_data: bool) -> np.ndarray:
+    """x, or x − d for the adversary who knows the other rows (module doc)."""
+    if not known_data:
+        return record.projections
+    if record.data is None:
+        raise ConfigError("known_data needs a record with the rows' part d (recorded by runs "
+                          "since the dp-bugs study); this one has none.")
+    return record.projections - record.data
+
+
+def estimated_noise(record: GradientCanaryRecord, known_data: bool = False) -> float:
     """σ̂: the noise multiplier read off the run itself, 1.4826 × the median absolute deviation
-    of every recorded x[t, i] (robust to the few entries shifted by a sampled canary). A
-    function of the output alone (never of the inclusions), so scoring with it keeps the bound
-    sound; it is what lets the audit see a run whose real noise is below the claimed one."""
-    x = record.projections.ravel()
+    of every recorded x[t, i] (of x − d with ``known_data``; robust to the few entries shifted
+    by a sampled canary). A function of the output alone (never of the inclusions), so scoring
+    with it keeps the bound sound; it is what lets the audit see a run whose real noise is
+    below the claimed one."""
+    x = _observed(record, known_data).ravel()
     if x.size == 0:
         return float(record.noise_multiplier)
     return float(1.4826 * np.median(np.abs(x - np.median(x))))
 
 
 def canary_scores(record: GradientCanaryRecord, threat_model: str = "every-iterate",
-                  score: str = "likelihood", noise: str | float = "estimated"
-                  ) -> np.ndarray:  # fmt: skip
+                  score: str = "likelihood", noise: str | float = "estimated",
+                  known_data: bool = False) -> np.ndarray:  # fmt: skip
     """Each canary's score (higher = more likely included) under ``threat_model``:
     ``"every-iterate"`` (``score``: ``"likelihood"`` or ``"sum"``) or ``"final-model"``.
 
     ``noise``: the σ of the likelihood score: ``"estimated"`` (:func:`estimated_noise`, the
-    default), ``"claimed"`` (the accountant's), or a number. Any choice is sound (the score is
-    a function of the output); a σ far from the real one only costs power."""
+    default), ``"per-step"`` (the same estimate for each step t alone, over the m canaries:
+    an implementation whose noise differs between steps, e.g. noise once per epoch, shows
+    its unnoised steps, which then weigh as much as they reveal; floored at 1e-3 × the
+    claimed σ), ``"claimed"`` (the accountant's), or a number. Any choice is sound (the score is
+    a function of the output); a σ far from the real one only costs power. ``known_data``
+    (every iterate only): score x − d, the adversary who knows the other rows (module doc)."""
     if threat_model == "final-model":
         return record.initial - record.final
     if threat_model != "every-iterate":
@@ -374,24 +427,37 @@ def canary_scores(record: GradientCanaryRecord, threat_model: str = "every-itera
                           f"got {threat_model!r}.")
     if score not in SCORES:
         raise ConfigError(f"score must be one of {SCORES}, got {score!r}.")
-    x = record.projections
+    x = _observed(record, known_data)
     if score == "sum":
         return x.sum(axis=0)
     q = record.sample_rate
     if noise == "estimated":
-        sigma = estimated_noise(record)
+        sigma = estimated_noise(record, known_data)
+    elif noise == "per-step":
+        sigma = _per_step_noise(x, record.noise_multiplier)[:, None]
     elif noise == "claimed":
         sigma = record.noise_multiplier
     elif isinstance(noise, (int, float)) and not isinstance(noise, bool):
         sigma = float(noise)
     else:
-        raise ConfigError(f"noise must be 'estimated', 'claimed' or a number, got {noise!r}.")
-    if not sigma > 0:
+        raise ConfigError(f"noise must be 'estimated', 'per-step', 'claimed' or a number, "
+                          f"got {noise!r}.")
+    if not np.all(sigma > 0):
         raise ConfigError("the likelihood score needs a noise multiplier > 0; use score='sum'.")
     a = (x - 0.5) / sigma**2  # log N(x; 1, σ²) − log N(x; 0, σ²)
     if q >= 1.0:
         return a.sum(axis=0)
     return np.logaddexp(math.log1p(-q), math.log(q) + a).sum(axis=0)
+
+
+def _per_step_noise(x: np.ndarray, claimed: float) -> np.ndarray:
+    """σ̂_t for each step t: 1.4826 × the median absolute deviation of x[t, :] (a function of
+    the output alone), floored at 1e-3 × the claimed σ so that an unnoised step scores
+    finitely."""
+    if x.size == 0:
+        return np.full(x.shape[0], claimed)
+    mad = np.median(np.abs(x - np.median(x, axis=1, keepdims=True)), axis=1)
+    return np.maximum(1.4826 * mad, 1e-3 * claimed)
 
 
 @dataclass(frozen=True)
@@ -419,7 +485,8 @@ class GradientCanaryAudit:
     sample_rate: float
     noise_multiplier: float
     score: str
-    noise: float  # σ the every-iterate likelihood score used
+    noise: float  # σ the every-iterate likelihood score used (per-step: the overall σ̂)
+    known_data: bool = False  # the every-iterate adversary knew the other rows (x − d)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain Python values, for metrics.json."""
@@ -443,24 +510,25 @@ def _bounds(threat_model: str, scores: np.ndarray, included: np.ndarray,
 def gradient_canary_audit(record: GradientCanaryRecord, guesses: Any = None,
                           delta: float = 1e-5, alpha: float = 0.05,
                           score: str = "likelihood", noise: str | float = "estimated",
-                          ) -> GradientCanaryAudit:  # fmt: skip
+                          known_data: bool = False) -> GradientCanaryAudit:  # fmt: skip
     """Scores of both threat models (:func:`canary_scores`) and their one-run ε and f-DP
     bounds at ``delta``, ``alpha``. ``guesses``: as ``canaries.guesses`` in a run config
     (:func:`miaudit.privacy.canaries.resolve_guesses`; default a tenth of the canaries each
     way), fixed before the inclusions are seen; several candidates share α (Bonferroni).
-    ``score``, ``noise``: the every-iterate score (:func:`canary_scores`)."""
+    ``score``, ``noise``, ``known_data``: the every-iterate score (:func:`canary_scores`)."""
     from miaudit.privacy.canaries import resolve_guesses
 
     pairs = resolve_guesses(guesses, record.m)
     inc = record.included
     return GradientCanaryAudit(
         every_iterate=_bounds("every-iterate",
-                              canary_scores(record, "every-iterate", score, noise),
+                              canary_scores(record, "every-iterate", score, noise, known_data),
                               inc, pairs, delta, alpha),
         final_model=_bounds("final-model", canary_scores(record, "final-model"),
                             inc, pairs, delta, alpha),
         m=record.m, steps=record.steps, sample_rate=record.sample_rate,
         noise_multiplier=record.noise_multiplier, score=score,
-        noise=(estimated_noise(record) if noise == "estimated" else
+        noise=(estimated_noise(record, known_data) if noise in ("estimated", "per-step") else
                record.noise_multiplier if noise == "claimed" else float(noise)),
+        known_data=known_data,
     )  # fmt: skip
