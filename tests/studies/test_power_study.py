@@ -1,5 +1,6 @@
-"""The power study: the whole study on digits with tiny models, resumed without
-running a cell, held-out seeds by default, bad configs, and the × RMIA column on a hand-made
+"""The power study: the whole study on digits with tiny models (both RMIA anchors' ratio
+columns), resumed without running a cell, held-out seeds by default, the image setups' queries
+replaying their training augmentation, bad configs, and the × RMIA columns on a hand-made
 table."""
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import pandas as pd
 import pytest
 
 from miaudit.attacks import list_attacks
+from miaudit.signals.query import untrained_queries
 from miaudit.studies import registry
 from miaudit.studies.power import (
+    ANCHORS,
     ATTACKS,
     DEVELOPMENT_SEEDS,
     HELD_OUT_SEEDS,
@@ -26,6 +29,8 @@ from miaudit.studies.power import (
 from miaudit.studies.power.report import (
     TPR01,
     TPR1,
+    anchor_labels,
+    best_anchor,
     format_power,
     per_target_table,
     power_table,
@@ -36,7 +41,7 @@ from miaudit.studies.power.report import (
 from miaudit.studies.registry import get_study, resolve_config, run_study
 from miaudit.studies.sweep import StudyError
 
-FAST = ["rmia", "lira-offline", "calibrated-loss", "rapid"]
+FAST = ["rmia", "rmia-paper", "lira-offline", "calibrated-loss", "rapid", "qmia-label"]
 TINY = {
     "datasets": ["digits"],
     "seeds": [5, 6],
@@ -55,13 +60,17 @@ def test_the_study_runs_every_cell_and_resumes(tmp_path, monkeypatch):
     table, study_dir = run_study("power", "cpu", TINY, executor="serial", out=out,
                                  progress=False)
     assert study_dir == out and table["cell"].nunique() == 2
-    assert list(table["attack"]) == FAST * 2 and list(table["seed"]) == [5] * 4 + [6] * 4
+    n = len(FAST)
+    assert list(table["attack"]) == FAST * 2 and list(table["seed"]) == [5] * n + [6] * n
     for row in table.to_dict("records"):
         assert 0 <= row["auc_lo"] <= row["auc"] <= row["auc_hi"] <= 1
         assert 0 <= row[TPR01] <= row[TPR1] <= 1 and TPR01 == "tpr@0.001"
         assert row["n_members"] + row["n_nonmembers"] == 300 and row["n_nonmembers"] > 100
         assert row["cost_queries"] == 1 and row["cost_score_s"] >= 0
-        assert row["cost_models"] == 4 and row["cost_train_s"] > 0  # target + 3 references
+        # target + 3 references; qmia-label reads the target alone
+        alone = row["attack"] == "qmia-label"
+        assert row["cost_models"] == (1 if alone else 4)
+        assert row["cost_train_s"] >= 0 if alone else row["cost_train_s"] > 0
     # seeds are separate banks: different targets, different scores
     rmia = table[table["attack"] == "rmia"]
     assert rmia["auc"].nunique() == 2
@@ -75,6 +84,25 @@ def test_the_study_runs_every_cell_and_resumes(tmp_path, monkeypatch):
     power = pd.read_csv(out / "power.csv").set_index("attack")
     assert power.loc["rmia", "x_rmia"] == pytest.approx(1.0) and (power["targets"] == 2).all()
     assert power.loc["rmia", "auc_minus_rmia"] == 0
+    # both anchors' ratio columns, each naming its parameters, and the best anchor's
+    # (on these tiny banks a TPR@0.1% may be 0: then a ratio is NaN or inf)
+    assert {"x_rmia", "x_rmia-paper", "x_best", "beats_best"} <= set(power.columns)
+    ratios = power[["x_rmia", "x_rmia-paper"]].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = power[TPR01].to_numpy(float)[:, None] / power.loc[
+            ["rmia", "rmia-paper"], TPR01].to_numpy(float)[None, :]
+    np.testing.assert_allclose(ratios[np.isfinite(expected)], expected[np.isfinite(expected)])
+    best = power["best_anchor"].iloc[0]
+    assert best in ANCHORS and (power["best_anchor"] == best).all()
+    assert power.loc[ANCHORS, TPR01].max() == power.loc[best, TPR01]
+    np.testing.assert_array_equal(power[f"x_{best}"], power["x_best"])
+    assert ("| × rmia (lib default: T=1, a=0.3, γ=2, ties=ratio) | × rmia-paper (paper: T=2, "
+            "a=0.2, γ=2, ties=none) | best anchor | × best |") in summary
+    assert "## The goal: ≥ 2× the stronger RMIA anchor" in summary
+    assert f"best anchor **{best}**" in summary
+    assert "one quantile regression (population rows); no reference model" in summary
+    per_target = pd.read_csv(out / "per_target.csv")
+    assert {f"{TPR01} x rmia", f"{TPR01} x rmia-paper"} <= set(per_target.columns)
 
     # resumable: a rerun finds every cell done and runs none
     def no_work(cell):
@@ -147,7 +175,9 @@ def test_optional_attacks_are_kept_only_when_registered():
     ({"seeds": [-1]}, "integers >= 0"),
     ({"models": 2}, "integer >= 3"),
     ({"attacks": ["rmia", "lira-ofline"]}, "unknown attack 'lira-ofline'"),
-    ({"attacks": ["lira-offline"]}, "baseline 'rmia' must be among the attacks"),
+    ({"attacks": ["lira-offline"]}, "anchor 'rmia' must be among the attacks"),
+    ({"attacks": ["rmia"]}, "anchor 'rmia-paper' must be among the attacks"),
+    ({"anchors": []}, "anchors must be a non-empty list"),
     ({"attack_params": {"loss": {}}}, "does not score"),
     ({"extra_setups": {"mine": {"split": {}}}, "datasets": ["mine"]}, "lacks recipe, queries"),
 ])
@@ -224,3 +254,53 @@ def test_t_interval():
 def test_empty_table_summary(tmp_path):
     summarize(pd.DataFrame(), tmp_path)
     assert "No finished cells" in (tmp_path / "summary.md").read_text()
+
+
+def test_two_anchors_each_column_names_its_parameters_and_the_best_one_counts(tmp_path):
+    """rmia-paper stronger than rmia on this hand-made table: the goal is against it."""
+    table = hand_made_table()
+    paper = table[table["attack"] == "rmia"].assign(
+        attack="rmia-paper", **{TPR01: [0.02, 0.02, 0.01, 0.03]})  # mean 0.02 vs rmia's 0.015
+    table = pd.concat([table, paper], ignore_index=True)
+    assert best_anchor(table, ANCHORS) == "rmia-paper"
+    assert best_anchor(table, ["rmia"]) == "rmia"
+    power = power_table(table, ANCHORS).set_index("attack")
+    assert power.loc["new", "x_rmia"] == pytest.approx(2.0)
+    assert power.loc["new", "x_rmia-paper"] == pytest.approx(1.5)
+    assert (power["best_anchor"] == "rmia-paper").all()
+    assert power.loc["new", "x_best"] == pytest.approx(1.5)
+    assert power.loc["new", "beats_best"] == "3/4"  # 0.03 > 0.02, 0.03 > 0.02, 0.04 > 0.01
+    labels = anchor_labels(ANCHORS)
+    assert labels == {"rmia": "× rmia (lib default: T=1, a=0.3, γ=2, ties=ratio)",
+                      "rmia-paper": "× rmia-paper (paper: T=2, a=0.2, γ=2, ties=none)"}
+    assert anchor_labels(["rmia"], {"rmia": {"temperature": 2}}) == {
+        "rmia": "× rmia (set: T=2, a=0.3, γ=2, ties=ratio)"}
+    text = format_power(power.reset_index(), ANCHORS, labels).set_index("attack")
+    assert text.loc["new", labels["rmia"]] == "2.00"
+    assert text.loc["new", labels["rmia-paper"]] == "1.50"
+    assert text.loc["new", "× best"] == "1.50" and text.loc["new", "best anchor"] == "rmia-paper"
+    assert text.loc["new", "> best"] == "3/4"
+    per = per_target_table(table, ANCHORS).set_index(["seed", "attack"])
+    assert per.loc[(0, "new"), f"{TPR01} x rmia-paper"] == pytest.approx(1.5)
+    (tmp_path / "config.yaml").write_text("anchors: [rmia, rmia-paper]\nconfidence: 0.95\n")
+    summarize(table, tmp_path)
+    summary = (tmp_path / "summary.md").read_text()
+    assert "best anchor **rmia-paper** (paper: T=2, a=0.2, γ=2, ties=none)" in summary
+    assert "**new**, is 1.50× (3/4 targets above it): does not reach the 2× goal" in summary
+
+
+def test_image_setups_query_only_what_their_recipe_trains_with():
+    """Every image setup of the study (cpu and paper sizes, the shipped image config) queries
+    plain, mirror and crops its recipe trains with: none is a transform the model never saw."""
+    study = get_study("power")
+    shipped = Path(__file__).parents[2] / "examples" / "studies" / "power-image-and-tabular.yaml"
+    configs = [resolve_config(study, size) for size in ("cpu", "paper")]
+    configs.append(resolve_config(study, "cpu", shipped))
+    for config in configs:
+        for name, setup in {**config["setups"], **config["extra_setups"]}.items():
+            augment = setup["recipe"].get("augment", [])
+            assert untrained_queries(setup["queries"], augment) == [], name
+    fashion = resolve_config(study, "cpu")["setups"]["fashion-mnist"]
+    assert fashion["queries"][:2] == ["plain", "mirror"] and len(fashion["queries"]) == 8
+    # the check itself: the published crop-flip queries on a mirror-only model fail it
+    assert untrained_queries(["plain", "mirror", "crop-flip-1"], ["mirror"]) == ["crop-flip-1"]

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from miaudit.attacks.rapid import PAPER_RECIPE
-from miaudit.studies.rapid import SETUPS, cells, settings, work
+from miaudit.signals.query import training_queries, untrained_queries
+from miaudit.studies.rapid import FASHION_AUGMENT, IMAGE_QUERIES, SETUPS, cells, settings, work
 from miaudit.studies.rapid.report import PAPER_NUMBERS, paper_table, summarize
 from miaudit.studies.registry import get_study, resolve_config
 from miaudit.studies.sweep import Cell, StudyError, build_table
@@ -136,3 +137,45 @@ def test_paper_numbers_are_well_formed():
     assert tpr["rapid"] == 0.188 and tpr["best previous attack"] == 0.115
     assert ((0 < tpr) & (tpr < 1)).all()
     assert table.loc[table["quantity"] == "queries per sample", "value"].item() == 8
+
+
+def test_image_setups_query_only_what_their_recipe_trains_with():
+    """The paper queries with its training augmentation: every setup of both sizes queries
+    plain, mirror and crops its recipe trains with (a query the model never trained on, as
+    the 4-pixel crop-flips on the old mirror-only Fashion-MNIST model, fails this)."""
+    study = get_study("rapid")
+    for size in ("cpu", "paper"):
+        config = resolve_config(study, size)
+        for name, setup in {**config["setups"], **config["extra_setups"]}.items():
+            augment = setup["recipe"].get("augment", [])
+            assert untrained_queries(setup["queries"], augment) == [], (size, name)
+    fashion = SETUPS["fashion-mnist"]
+    assert fashion["recipe"]["augment"] == FASHION_AUGMENT
+    assert fashion["queries"] == training_queries(FASHION_AUGMENT, 8)
+    assert fashion["queries"][:3] == ["plain", "mirror", "crop1-flip-1"]
+    assert untrained_queries(IMAGE_QUERIES, ["mirror"]) == IMAGE_QUERIES[2:]
+
+
+def test_query_ablation_smoke_with_queries_that_replay_training(tmp_path):
+    """One digits cell trained with mirror + 1-pixel shifts, queried with 4 draws of that
+    augmentation: the ablation scores 1, 2 and 4 queries, each a prefix of the list."""
+    augment = [{"name": "crop", "padding": 1}, "mirror"]
+    cell = tiny_cell()
+    setup = {**cell.params["setup"], "queries": training_queries(augment, 4),
+             "recipe": {**cell.params["setup"]["recipe"], "augment": augment}}
+    params = {**cell.params, "setup": setup, "references": [2], "query_counts": [1, 2, 4],
+              "attacks": ["rmia", "calibrated-loss"]}
+    assert settings(params) == [(2, 4), (2, 1), (2, 2)]
+    smoke = Cell("rapid", params)
+    rows = work(smoke)
+    names = {r["n_queries"]: r["query_names"] for r in rows}
+    assert names == {1: "plain", 2: "plain,mirror",
+                     4: "plain,mirror,crop1-flip-1,crop1-flip-2"}
+    assert {r["cost_queries"] for r in rows if r["n_queries"] == 4} == {4}
+    by = {(r["attack"], r["n_queries"]): r["auc"] for r in rows}
+    assert by["calibrated-loss", 1] != by["calibrated-loss", 4]  # the queries matter
+    # the summary lists the queries and says they replay the training augmentation
+    summarize(build_table([smoke], {smoke.key(): rows}), tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    assert ("- digits: queries plain, mirror, crop1-flip-1, crop1-flip-2; training augmentation "
+            "[name=crop, padding=1; mirror]: every query replays it.") in text

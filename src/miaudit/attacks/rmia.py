@@ -73,6 +73,18 @@ TEMPERATURE = Param("temperature", TEMPERATURE_DEFAULT, "float", "Pr(x|theta) = 
                     low=0.0, low_open=True)
 
 
+# The RMIA paper's offline configuration as its code runs it on tabular data: Zarifzadeh et
+# al.'s attack configs for Purchase-100 (privacytrustlab/ml_privacy_meter, commit d327341,
+# research/2024_rmia/attack_configs/purchase100/rmia_offline_2_ref_models.yaml and
+# rmia_offline_127_ref_models.yaml: signal softmax_relative, temperature 2.0, offline_a 0.2,
+# gamma 2.0) with the paper's count as the score (research/2024_rmia/main.py: the fraction of
+# z with LR > gamma, no tie-break). Their CIFAR-10 configs use offline_a 0.3 with a Taylor
+# soft-margin signal miaudit does not have, and every config takes a 0.2-trimmed mean over
+# the references (one of 6 cut on each side here; miaudit's is the plain mean). `rmia-paper`
+# is `rmia` with these defaults.
+PAPER_OFFLINE = {"a": 0.2, "gamma": 2.0, "tie_break": "none", "temperature": 2.0}
+
+
 def tempered_prob_true(view: TargetView, temperature: float) -> tuple[np.ndarray, SideMeans]:
     """The target's `Pr(x|theta_t)` [N] and the references' IN, OUT and all means of
     `Pr(x|theta_r)` (`SideMeans`), with `Pr(x|theta) = mean_q softmax(z_q / T)[y]`.
@@ -179,6 +191,17 @@ def _ratio(p_target: np.ndarray, p_x: np.ndarray) -> np.ndarray:
     needs=Needs(out_references=1, population=True),
     description="Zarifzadeh et al. (offline): fraction of population z with LR(x, z) > gamma",
     params=(OFFLINE_A, GAMMA, TIE_BREAK_PARAM, TEMPERATURE),
+)
+@register_attack(
+    "rmia-paper",
+    family="rmia",
+    needs=Needs(out_references=1, population=True),
+    description="rmia at its paper's offline configuration (T = 2, a = 0.2, gamma = 2, "
+                "the paper's count)",
+    params=(OFFLINE_A.with_default(PAPER_OFFLINE["a"]),
+            GAMMA.with_default(PAPER_OFFLINE["gamma"]),
+            TIE_BREAK_PARAM.with_default(PAPER_OFFLINE["tie_break"]),
+            TEMPERATURE.with_default(PAPER_OFFLINE["temperature"])),
 )
 def rmia_offline(view: TargetView, a: float, gamma: float, tie_break: str,
                  temperature: float) -> np.ndarray:

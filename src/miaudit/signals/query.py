@@ -3,8 +3,12 @@
 A query is a deterministic transform of an input batch: `plain` (query 0), `mirror`
 (horizontal flip, images), and `crop-flip-K` (the augmented queries of LiRA and RAPID: random
 crop with 4-pixel zero padding plus a random horizontal flip, drawn once per dataset row from
-seed K, so every model sees exactly the same augmented input). Token-id inputs (text,
-dataset kind ``tokens``) have their own seeded perturbations, RAPID's text queries:
+seed K, so every model sees exactly the same augmented input); `cropP-flip-K` is the same with
+P-pixel padding (`crop2-flip-3`: shifts of up to 2 pixels, seed 3), the draw of a recipe that
+trains with `{name: crop, padding: P}` and `mirror`. `training_queries` lists the queries that
+replay a recipe's training augmentation, and `untrained_queries` the ones that do not.
+Token-id inputs (text, dataset kind ``tokens``) have their own seeded perturbations, RAPID's
+text queries:
 ``token-dropout-K`` (each token but the first and the last real one dropped with probability
 0.1, the rest moved up and the row re-padded) and ``adjacent-swap-K`` (one random pair of
 neighbouring inner tokens swapped); both drawn once per dataset row from seed K. Padding is
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,10 +28,12 @@ from miaudit.errors import ConfigError
 from miaudit.runtime.devices import autocast, check_precision, is_cuda, to_device
 from miaudit.runtime.malloc import keep_freed_memory
 from miaudit.runtime.progress import progress_bar
+from miaudit.train.augment import parse_augmentation
 
 # (batch of inputs, their dataset row ids) -> transformed batch
 QueryFn = Callable[[torch.Tensor, np.ndarray], torch.Tensor]
-_CROP_FLIP = re.compile(r"^crop-flip-(\d+)$")
+_CROP_FLIP = re.compile(r"^crop(\d*)-flip-(\d+)$")  # crop-flip-K (padding 4), cropP-flip-K
+CROP_FLIP_PADDING = 4  # crop-flip-K's padding (the training `crop` step's default too)
 _TOKEN_QUERY = re.compile(r"^(token-dropout|adjacent-swap)-(\d+)$")
 PAD_TOKEN = 0  # the tokenizers' pad id (see miaudit.models.text)
 TOKEN_DROPOUT = 0.1
@@ -112,6 +119,67 @@ def augmented_queries(count: int) -> list[str]:
     return (["plain", "mirror"] + [f"crop-flip-{k}" for k in range(1, count - 1)])[:count]
 
 
+def crop_flip_padding(name: str) -> int | None:
+    """The padding of a crop-flip query (`crop-flip-K`: 4; `cropP-flip-K`: P), else None."""
+    match = _CROP_FLIP.match(name)
+    if not match:
+        return None
+    if not match.group(1):
+        return CROP_FLIP_PADDING
+    padding = int(match.group(1))
+    if padding < 1:
+        raise ConfigError(f"query '{name}': the crop padding P of cropP-flip-K must be >= 1.")
+    return padding
+
+
+def _crop_flip_name(padding: int, seed: int) -> str:
+    return (f"crop-flip-{seed}" if padding == CROP_FLIP_PADDING
+            else f"crop{padding}-flip-{seed}")
+
+
+def _trained_steps(augment: Sequence[Any]) -> tuple[bool, set[int]]:
+    """Whether ``augment`` (a recipe's, checked) mirrors, and the paddings it crops with."""
+    steps = parse_augmentation(list(augment))
+    mirror = any(name == "mirror" and params["p"] > 0 for name, params in steps)
+    return mirror, {int(params["padding"]) for name, params in steps if name == "crop"}
+
+
+def training_queries(augment: Sequence[Any], count: int) -> list[str]:
+    """The first ``count`` queries that replay the training augmentation ``augment`` (a
+    recipe's ``augment`` list): plain; mirror if it mirrors; then, if it also crops with
+    padding P, crop-flip draws with that padding (``crop-flip-K`` for P = 4, so a
+    ``[crop, mirror]`` recipe gets `augmented_queries`). A recipe that allows fewer than
+    ``count`` such queries is a ConfigError (a mirror-only recipe has 2: plain and mirror)."""
+    if count < 1:
+        raise ConfigError(f"need at least one query; got {count}.")
+    mirror, paddings = _trained_steps(augment)
+    names = ["plain"] + (["mirror"] if mirror else [])
+    if mirror and len(paddings) == 1:
+        padding = next(iter(paddings))
+        names += [_crop_flip_name(padding, k) for k in range(1, count - 1)]
+    if len(names) < count:
+        raise ConfigError(
+            f"the training augmentation {list(augment)!r} has {len(names)} queries that replay "
+            f"it ({', '.join(names)}), not {count}: replaying crops needs one crop step and "
+            "mirror."
+        )
+    return names[:count]
+
+
+def untrained_queries(queries: Sequence[str], augment: Sequence[Any]) -> list[str]:
+    """The image queries of ``queries`` that apply a transform the training augmentation
+    ``augment`` does not: `mirror` without a mirror step, a crop-flip query without both a
+    mirror step and a crop step of its padding. `plain` and the token queries never are."""
+    mirror, paddings = _trained_steps(augment)
+    out = []
+    for name in queries:
+        padding = crop_flip_padding(name)
+        if (name == "mirror" and not mirror) or (
+                padding is not None and not (mirror and padding in paddings)):
+            out.append(name)
+    return out
+
+
 def make_query(name: str, n_rows: int, kind: str, width: int = 0) -> QueryFn:
     """The query transform called `name` for a dataset of `n_rows` rows of kind
     image/tabular/tokens (`width`: tokens per row, for the token queries)."""
@@ -135,11 +203,12 @@ def make_query(name: str, n_rows: int, kind: str, width: int = 0) -> QueryFn:
         )
     if name == "mirror":
         return _mirror
-    match = _CROP_FLIP.match(name)
-    if match:
-        return _crop_flip(int(match.group(1)), n_rows)
+    padding = crop_flip_padding(name)
+    if padding is not None:
+        return _crop_flip(int(_CROP_FLIP.match(name).group(2)), n_rows, padding)
     raise ConfigError(
-        f"unknown query '{name}'; known: plain, mirror, crop-flip-K (K an integer seed)."
+        f"unknown query '{name}'; known: plain, mirror, crop-flip-K (K an integer seed), "
+        "cropP-flip-K (P-pixel padding, P >= 1)."
     )
 
 

@@ -7,6 +7,7 @@ Everything here reads the study table (one row per cell x setting x attack, see
 
 from __future__ import annotations
 
+import ast
 import math
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,37 @@ def ablation_table(table: pd.DataFrame, axis: str) -> pd.DataFrame:
         rows = rows[rows["n_references"] == rows["main_references"]]
         rows = rows[rows.groupby("dataset")["n_queries"].transform("nunique") > 1]
     return _summary(rows.sort_values([axis], kind="stable"), ["dataset", axis, "attack"])
+
+
+def _augment(value: Any) -> list:
+    """A cell's ``setup.recipe.augment`` as a list (results.csv holds its repr; absent: [])."""
+    if isinstance(value, str):
+        value = ast.literal_eval(value)
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def query_notes(table: pd.DataFrame) -> list[str]:
+    """Per dataset of the number-of-queries ablation: its queries in order and whether each
+    replays the recipe's training augmentation (the paper queries with it)."""
+    from miaudit.signals.query import untrained_queries
+
+    rows = _non_dp(table)
+    if "query_names" not in rows or "setup.recipe.augment" not in rows:
+        return []
+    rows = rows[rows.groupby("dataset")["n_queries"].transform("nunique") > 1]
+    notes = []
+    for dataset, group in rows.groupby("dataset", sort=False):
+        last = group.loc[group["n_queries"].idxmax()]
+        queries = str(last["query_names"]).split(",")
+        augment = _augment(last["setup.recipe.augment"])
+        shown = [a if isinstance(a, str) else
+                 ", ".join(f"{k}={v}" for k, v in a.items()) for a in augment] or ["none"]
+        untrained = untrained_queries(queries, augment)
+        verdict = ("every query replays it" if not untrained else
+                   f"not trained on: {', '.join(untrained)}")
+        notes.append(f"- {dataset}: queries {', '.join(queries)}; training augmentation "
+                     f"[{'; '.join(shown)}]: {verdict}.")
+    return notes
 
 
 def dp_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -280,6 +312,8 @@ def summarize(table: pd.DataFrame, study_dir: Path) -> None:
             continue
         frame.to_csv(study_dir / f"{name}.csv", index=False)
         parts += [f"\n## {title}\n", markdown_table(frame, floatfmt=".3g")]
+        if name == "queries":
+            parts += ["", *query_notes(table)]
     figures = {
         "main": _bar_figure(table),
         "references": _line_figure(table, "n_references", "reference models",
