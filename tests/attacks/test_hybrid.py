@@ -7,6 +7,7 @@ from miaudit.attacks.hybrid import (
     DEFAULT_EXTRA_ATTACKS,
     FEATURE_PARAMS,
     base_columns,
+    confidence_features,
     fit_imputer,
     hybrid_featurizer,
     usable_extra_attacks,
@@ -167,3 +168,52 @@ def test_too_few_shadows_is_a_clear_error(digits_bank):
     )
     with pytest.raises(AttackError, match="at least 2 shadow"):
         run_attack("rapid-hybrid", TargetView.of(bank, 0))
+
+
+def _loop_confidence(view):
+    """Naive: per sample and query, phi_t, phi_t - mean of the OUT references' phi, and that
+    over sqrt(std^2 + s0^2) (std ddof 0, s0 the per-query median of the stds), query means."""
+    phi, refs, out = view.target_stat("phi"), view.reference_stat("phi"), view.out_mask()
+    n, q = phi.shape
+    mean = np.full((n, q), np.nan)
+    std = np.full((n, q), np.nan)
+    for i in range(n):
+        chosen = np.flatnonzero(out[:, i])
+        if chosen.size:
+            mean[i] = refs[chosen, i].mean(axis=0)
+            std[i] = np.maximum(refs[chosen, i].std(axis=0), 1e-6)
+    s0 = np.array([np.median(std[np.isfinite(std[:, j]), j]) for j in range(q)])
+    z = (phi - mean) / np.sqrt(std ** 2 + s0 ** 2 + 1e-12)
+    return np.column_stack([phi.mean(1), (phi - mean).mean(1), z.mean(1)])
+
+
+def test_confidence_features_equal_a_naive_loop(digits_bank):
+    view = TargetView.of(digits_bank, 0).as_shadow(1)
+    features = confidence_features(view)
+    assert features.shape[1] == 4  # the bank has population rows: QMIA's margin last
+    np.testing.assert_allclose(features[:, :3], _loop_confidence(view), rtol=1e-9, atol=1e-12)
+    qmia = run_attack("qmia", view, score="phi").scores
+    np.testing.assert_array_equal(features[:, 3], qmia)
+
+
+def test_no_qmia_margin_without_population(digits_bank):
+    bank = _variant(digits_bank, population=np.zeros(digits_bank.n_samples, dtype=bool))
+    view = TargetView.of(bank, 0)
+    assert confidence_features(view).shape[1] == 3
+    assert base_columns(view, per_query=False, confidence=True) == 2 + 3
+
+
+def test_confidence_columns_follow_the_loss_columns(digits_bank):
+    view = TargetView.of(digits_bank, 0)
+    names = usable_extra_attacks(view, DEFAULT_EXTRA_ATTACKS)
+    plain, _ = hybrid_featurizer(names, per_query=True)(view)
+    with_phi, _ = hybrid_featurizer(names, per_query=True, confidence=True)(view)
+    loss = base_columns(view, per_query=True)
+    assert base_columns(view, per_query=True, confidence=True) == loss + 4
+    np.testing.assert_array_equal(with_phi[:, :loss], plain[:, :loss])
+    np.testing.assert_allclose(with_phi[:, loss:loss + 4], confidence_features(view))
+    np.testing.assert_array_equal(with_phi[:, loss + 4:], plain[:, loss:])
+    # on by default, and switching it off changes the scores
+    a = run_attack("rapid-hybrid", view, **FAST).scores
+    b = run_attack("rapid-hybrid", view, **FAST, confidence=False).scores
+    assert not np.allclose(a, b, equal_nan=True)

@@ -186,6 +186,12 @@ def _sides(view: TargetView, equal_counts: bool) -> tuple[np.ndarray, np.ndarray
     )
 
 
+def out_gaussians(view: TargetView) -> Gaussians:
+    """Per-sample, per-query Gaussians of the OUT references' phi, every OUT reference (no
+    equal counts), per-sample variance: what LiRA offline fits, for other attacks' features."""
+    return _fit(view, 1, equal_counts=False, fixed_variance=False)
+
+
 def _fit(view: TargetView, side: int, equal_counts: bool, fixed_variance: bool) -> Gaussians:
     """Gaussians of the references' phi on one side (0: IN, 1: OUT). The moments are shared
     by all five variants on this view, computed a block of samples at a time."""
