@@ -111,8 +111,14 @@ def test_auto_queries_replay_the_training_augmentation():
     assert resolve_queries(AUTO, "image", lira, None) == ["plain"]
     assert resolve_queries(AUTO, "image", lira, []) == ["plain"]
     assert resolve_queries(AUTO, "image", lira, ["crop", "mirror"]) == ["plain", "mirror"]
-    rapid = resolve_queries(AUTO, "image", ["rapid"], [{"name": "cutout", "size": 8}])
-    assert len(rapid) == 8 and rapid[:2] == ["plain", "mirror"]  # RAPID's 8 views
+    rapid = resolve_queries(AUTO, "image", ["rapid"], ["crop", "mirror"])
+    assert rapid == ["plain", "mirror"] + [f"crop-flip-{k}" for k in range(1, 7)]  # RAPID's 8
+    # only views the model trained on: cutout has none to replay, a mirror-only recipe two
+    assert resolve_queries(AUTO, "image", ["rapid"], [{"name": "cutout", "size": 8}]) == [
+        "plain"]
+    assert resolve_queries(AUTO, "image", ["rapid"], ["mirror"]) == ["plain", "mirror"]
+    small = resolve_queries(AUTO, "image", ["rapid"], [{"name": "crop", "padding": 1}, "mirror"])
+    assert small == ["plain", "mirror"] + [f"crop1-flip-{k}" for k in range(1, 7)]
     assert resolve_queries(AUTO, "tabular", lira, ["mirror"]) == ["plain"]
     assert resolve_queries(AUTO, "tokens", ["rapid"], None) == ["plain"]  # no text augment
     assert resolve_queries(["plain", "crop-flip-1"], "image", lira, None) == [
@@ -128,7 +134,7 @@ def test_a_run_replays_its_recipes_augmentation():
     assert queries({"recipe": {"epochs": 1}}) == ["plain"]
     assert queries({"recipe": {"augment": ["mirror"]}}) == ["plain", "mirror"]
     assert queries({"recipes": {"aug": {"augment": ["crop"]}}, "recipe": "aug"}) == [
-        "plain", "mirror"]
+        "plain"]  # crop-flip queries mirror at random: a crop-only model never saw that
     assert queries({"recipe": {"augment": ["mirror"]}, "signals": {"queries": ["plain"]}}) == [
         "plain"]
 
@@ -154,8 +160,12 @@ def test_an_audit_replays_the_declared_training_augmentation():
     declared = _audit(model={"augment": ["crop", "mirror"]}, attacks=["loss", "lira-offline"])
     assert training_augment(declared) == (["crop", "mirror"], "model.augment")
     assert audit_signals(declared, "image", "function") == (["plain", "mirror"], False)
-    # every attack (none named) includes RAPID: its 8 views
-    assert len(audit_signals(_audit(model={"augment": ["mirror"]}), "image", "torch")[0]) == 8
+    # every attack (none named) includes RAPID: its 8 views of a crop + mirror model, only
+    # the 2 a mirror-only model trained on
+    assert len(audit_signals(_audit(model={"augment": ["crop", "mirror"]}), "image",
+                             "torch")[0]) == 8
+    assert audit_signals(_audit(model={"augment": ["mirror"]}), "image", "torch")[0] == [
+        "plain", "mirror"]
     # the recipe the references train with is how the model trained, unless said otherwise
     recipe = {"references": {"recipe": {"augment": ["mirror"], "epochs": 1}},
               "attacks": ["loss"]}

@@ -223,6 +223,9 @@ def test_default_queries_follow_the_attacks_papers():
     rapid = default_queries("image", ["loss", "rapid"])  # RAPID: 8 augmented queries
     assert len(rapid) == 8 and rapid[:2] == ["plain", "mirror"] and rapid[-1] == "crop-flip-6"
     assert default_queries("image", ["rapid-hybrid"]) == rapid
+    # with the recipe's augmentation: only what it trains with (a mirror-only model: two)
+    assert default_queries("image", ["rapid"], ["mirror"]) == ["plain", "mirror"]
+    assert default_queries("image", ["rapid"], ["crop", "mirror"]) == rapid
     with pytest.raises(AttackError, match="unknown attack"):
         default_queries("image", ["rapdi"])
 

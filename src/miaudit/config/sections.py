@@ -103,25 +103,30 @@ def resolve_queries(queries: list[str] | str, kind: str, attacks: Sequence[str],
         return list(queries)
     if kind != "image" or not augment:
         return ["plain"]
-    return default_queries(kind, list(attacks))
+    return default_queries(kind, list(attacks), augment)
 
 
-def default_queries(kind: str, attacks: list[str]) -> list[str]:
+def default_queries(kind: str, attacks: list[str], augment: Any = None) -> list[str]:
     """The views the attacks' papers query with (`signals.queries: auto` of a target trained
     with augmentation, config.resolve_queries): plain for tabular data; for images, the
     largest number of augmented queries any of the run's attacks' papers makes (plain and
-    mirror; 8 with RAPID: plain, mirror and 6 crop + flip draws); for token ids (text), plain,
-    or RAPID's count of seeded token perturbations (token dropout, adjacent swaps) when an
-    attack's paper makes more than the image pair."""
+    mirror; 8 with RAPID), drawn from the training augmentation ``augment`` so that every
+    query replays it, as the papers' queries do (RAPID: plain, mirror and 6 crop + flip draws
+    of the recipe's crop padding), and fewer when it allows fewer (a mirror-only recipe: plain
+    and mirror); ``augment`` None: the papers' crop (4-pixel padding) + mirror. For token ids
+    (text), plain, or RAPID's count of seeded token perturbations (token dropout, adjacent
+    swaps) when an attack's paper makes more than the image pair."""
     from miaudit.attacks import get_attack
-    from miaudit.signals.query import augmented_queries, text_queries
+    from miaudit.signals.query import augmented_queries, replay_queries, text_queries
 
     wanted = [get_attack(a).image_queries for a in attacks]
     if kind == "tokens":
         return text_queries(max([q for q in wanted if q > 2] + [1]))
     if kind != "image":
         return ["plain"]
-    return augmented_queries(max(wanted + [2]))
+    if augment is None:
+        return augmented_queries(max(wanted + [2]))
+    return replay_queries(augment, max(wanted + [2]))
 
 
 def resolve_grad_norm(grad_norm: bool | str, attacks: Sequence[str]) -> bool:

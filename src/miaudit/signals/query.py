@@ -152,11 +152,7 @@ def training_queries(augment: Sequence[Any], count: int) -> list[str]:
     ``count`` such queries is a ConfigError (a mirror-only recipe has 2: plain and mirror)."""
     if count < 1:
         raise ConfigError(f"need at least one query; got {count}.")
-    mirror, paddings = _trained_steps(augment)
-    names = ["plain"] + (["mirror"] if mirror else [])
-    if mirror and len(paddings) == 1:
-        padding = next(iter(paddings))
-        names += [_crop_flip_name(padding, k) for k in range(1, count - 1)]
+    names = replay_queries(augment, count)
     if len(names) < count:
         raise ConfigError(
             f"the training augmentation {list(augment)!r} has {len(names)} queries that replay "
@@ -164,6 +160,18 @@ def training_queries(augment: Sequence[Any], count: int) -> list[str]:
             "mirror."
         )
     return names[:count]
+
+
+def replay_queries(augment: Sequence[Any], most: int) -> list[str]:
+    """Up to ``most`` queries that replay the training augmentation ``augment``, as
+    `training_queries` orders them, and fewer (never an error) when the augmentation has
+    fewer: plain alone without mirror, plain and mirror without a single crop step."""
+    mirror, paddings = _trained_steps(augment)
+    names = ["plain"] + (["mirror"] if mirror else [])
+    if mirror and len(paddings) == 1:
+        padding = next(iter(paddings))
+        names += [_crop_flip_name(padding, k) for k in range(1, most - 1)]
+    return names[:max(most, 1)]
 
 
 def untrained_queries(queries: Sequence[str], augment: Sequence[Any]) -> list[str]:
