@@ -265,6 +265,16 @@ _DP_RECIPE = {"architecture": "mlp", "epochs": 2, "dp": {"epsilon": 4}}
      r"checkpoints are not supported with it"),
     ({"canaries": {"count": 50, "direction": "random"}},
      r"canaries\.direction is an option of gradient canaries: set canaries\.kind: gradient"),
+    ({"canaries": {"kind": "gradient", "count": 50, "noise": "per_step"}},
+     r"canaries\.noise must be one of per-step, estimated, claimed.*Did you mean 'per-step'"),
+    ({"canaries": {"kind": "gradient", "count": 50, "noise": 1.0}},
+     r"canaries\.noise must be one of per-step, estimated, claimed"),
+    ({"canaries": {"kind": "gradient", "count": 50, "known_data": "false"}},
+     r"canaries\.known_data must be true .* or false; got 'false'"),
+    ({"canaries": {"count": 50, "known_data": False}},
+     r"canaries\.known_data is an option of gradient canaries: set canaries\.kind: gradient"),
+    ({"canaries": {"count": 50, "kind": "natural", "noise": "estimated"}},
+     r"canaries\.noise is an option of gradient canaries"),
     ({"canaries": {"kind": "gradiant", "count": 50}}, r"canaries\.kind must be one of"),
 ])
 def test_gradient_canary_config_errors_say_how_to_fix(overrides, message):
@@ -281,3 +291,14 @@ def test_gradient_canaries_take_no_rows_and_fit_any_design():
     assert cfg.canaries.threat_models == ["final-model"]
     rows = config_from_dict({"name": "b", "canaries": {"count": 50}}).canaries
     assert not rows.white_box and rows.rows == 50
+
+
+def test_the_every_iterate_scoring_options_default_to_dp_bugs_choice():
+    """known_data and per-step σ by default (the dp-bugs study's, on its development seeds);
+    each can be set back to the earlier auditor's."""
+    default = config_from_dict({"name": "wb", "recipe": _DP_RECIPE,
+                                "canaries": {"kind": "gradient", "count": 50}}).canaries
+    assert (default.known_data, default.noise) == (True, "per-step")
+    old = config_from_dict({"name": "wb", "recipe": _DP_RECIPE, "canaries": {
+        "kind": "gradient", "count": 50, "known_data": False, "noise": "estimated"}}).canaries
+    assert (old.known_data, old.noise) == (False, "estimated")

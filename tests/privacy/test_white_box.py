@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+from html import unescape
 
 import pytest
 
@@ -17,7 +18,12 @@ from miaudit.config import config_from_dict
 from miaudit.pipeline import run
 from miaudit.privacy.audit_record import PrivacyAudit
 from miaudit.privacy.results import FDP_ONE_RUN, ONE_RUN
-from miaudit.privacy.sections import THREAT_MODEL_WORDS, white_box_lines
+from miaudit.privacy.sections import (
+    KNOWN_DATA_WORDS,
+    THREAT_MODEL_WORDS,
+    threat_model_words,
+    white_box_lines,
+)
 from miaudit.report import format_table
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -59,19 +65,22 @@ def test_both_white_box_families_are_in_the_summary_report_and_table(first):
     assert settings["count"] == M and settings["direction"] == "dirac"
     assert settings["delta"] == 1e-5 and settings["delta_source"] == "the target's DP-SGD delta"
     assert 0 < settings["included"] < M
+    # the every-iterate scoring options, by default DP's adversary with each step's σ
+    assert settings["known_data"] is True and settings["noise_estimate"] == "per-step"
     # read back whole, and worded: each threat model and the f-DP bound's assumption
     audit = PrivacyAudit.from_dict(summary)
     assert audit == result.meta["privacy_audit"]
     lines = white_box_lines(audit)
     assert summary["white_box_lines"] == lines and len(lines) == 2
     for line, model in zip(lines, ("every-iterate", "final-model"), strict=True):
-        assert line.startswith(f"White-box {model} ({THREAT_MODEL_WORDS[model]})")
+        assert line.startswith(f"White-box {model} ({threat_model_words(model, True)})")
         assert "μ-GDP assumed" in line and "if the trade-off curve is Gaussian" in line
     text = format_table(result, width=None)
-    html = (out / "report.html").read_text()
+    html = unescape((out / "report.html").read_text())
     for where in (text, html):
         assert "white-box every-iterate" in where and "white-box final-model" in where
         assert "Bonferroni family of its own" in where
+        assert "less the other rows' clipped sum" in where and "each step's σ" in where
     # the black-box families as ever: the attacks' bounds, compared among themselves
     assert summary["bounds_compared"] == 2 and summary["canaries"] is None
     assert "Privacy: claimed ε 4" in text
@@ -113,6 +122,69 @@ def test_one_threat_model_reports_one_family_and_the_target_key_moves(first):
     assert "white_box" not in none.meta["privacy_audit"].to_dict()
 
 
+def _known_data_run(tmp, name, known_data, **canaries):
+    """A run whose canaries sit on random coordinates (where the rows' gradients land, so
+    that subtracting them changes the every-iterate scores), its own cache."""
+    data = _data(tmp, name, coordinates="random", known_data=known_data, **canaries)
+    data["cache_dir"] = str(tmp / "cache-known-data")
+    return miaudit.run(data, progress=False)
+
+
+def _every_iterate_scores(out):
+    rows = csv.DictReader((out / "gradient_canaries.csv").open())
+    return [(float(r["every_iterate_score"]), float(r["final_model_score"])) for r in rows]
+
+
+def test_known_data_changes_the_every_iterate_score_and_both_reports_say_which(first):
+    _, _, tmp = first
+    known = _known_data_run(tmp, "wb-known", True)
+    blind = _known_data_run(tmp, "wb-blind", False, noise="estimated")
+    # scoring-only options: the same cached target serves both
+    assert (known.meta["models_trained"], blind.meta["models_trained"]) == (2, 0)
+    a, b = _every_iterate_scores(tmp / "wb-known"), _every_iterate_scores(tmp / "wb-blind")
+    assert [f for _, f in a] == [f for _, f in b]  # the final model's scores: the same
+    assert sum(e != e2 for (e, _), (e2, _) in zip(a, b, strict=True)) > M // 2
+    for result, on, out in ((known, True, tmp / "wb-known"), (blind, False, tmp / "wb-blind")):
+        wb = result.meta["privacy_audit"].white_box
+        assert wb.settings.known_data is on
+        assert wb.settings.noise_estimate == ("per-step" if on else "estimated")
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["privacy_audit"]["white_box"]["canaries"]["known_data"] is on
+        words = KNOWN_DATA_WORDS if on else THREAT_MODEL_WORDS["every-iterate"]
+        assert summary["privacy_audit"]["white_box_lines"][0].startswith(
+            f"White-box every-iterate ({words}): ")
+        assert (("less the other rows' clipped sum" in format_table(result, width=None))
+                is on)
+    final = [w.meta["privacy_audit"].white_box.families[1] for w in (known, blind)]
+    assert final[0] == final[1]  # the final-model family does not depend on them
+
+
+def test_a_cached_record_without_the_rows_part_is_an_error_for_known_data_only(first):
+    """A target cached before the record kept d: a known-data audit of it says what to do
+    (never scores x under a known-data report); the auditor who does not need d reads it."""
+    import dataclasses
+
+    from miaudit.cache.gradient_records import RECORD_SHA256, load_record, save_record
+    from miaudit.errors import ConfigError
+
+    _, _, tmp = first
+    blind = _known_data_run(tmp, "wb-blind-before", False)
+    stripped = 0
+    for path in (tmp / "cache-known-data").glob("*.canaries.npz"):  # as older miaudit saved
+        meta_path = path.parent / (path.name.removesuffix(".canaries.npz") + ".json")
+        meta = json.loads(meta_path.read_text())
+        record = load_record(path, meta[RECORD_SHA256])
+        meta[RECORD_SHA256] = save_record(path, dataclasses.replace(record, data=None))
+        meta_path.write_text(json.dumps(meta))
+        stripped += 1
+    assert stripped == 1
+    with pytest.raises(ConfigError, match=r"known_data: true needs .* has none"):
+        _known_data_run(tmp, "wb-old-known", True)
+    again = _known_data_run(tmp, "wb-old-blind", False)
+    assert again.meta["models_trained"] == 0  # the old entry is still served
+    assert again.meta["privacy_audit"].white_box == blind.meta["privacy_audit"].white_box
+
+
 def _record(m=400, steps=10, seed=0):
     """A synthetic run whose canaries stand out (noise 0.1 where DP-SGD's σ would be ~1): the
     bug a white-box audit exists to catch."""
@@ -126,7 +198,8 @@ def _record(m=400, steps=10, seed=0):
     return GradientCanaryRecord(
         included=included, projections=x, initial=np.zeros(m), final=-x.sum(axis=0),
         sampled=included * steps, coordinates=np.arange(m), kind="dirac",
-        noise_multiplier=1.0, sample_rate=1.0, max_grad_norm=1.0, expected_batch_size=100.0)
+        noise_multiplier=1.0, sample_rate=1.0, max_grad_norm=1.0, expected_batch_size=100.0,
+        data=np.zeros_like(x))  # no other rows
 
 
 def test_a_white_box_bound_above_the_claim_refutes_it_per_family():
@@ -196,7 +269,7 @@ def test_coverage_on_a_mechanism_of_known_privacy():
             included=included, projections=x, initial=np.zeros(m), final=-x.sum(axis=0),
             sampled=included * steps, coordinates=np.arange(m), kind="dirac",
             noise_multiplier=sigma, sample_rate=1.0, max_grad_norm=1.0,
-            expected_batch_size=100.0)
+            expected_batch_size=100.0, data=np.zeros_like(x))  # no other rows
         for fam in white_box_audit(record, section, settings).families:
             over_mu += fam.best_mu.mu > mu
             over_eps += fam.best.epsilon > true_eps

@@ -6,6 +6,7 @@ retrained, never trusted."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -40,7 +41,8 @@ def _get(cache, data, count=100, seed=3):
 
 
 def _same(a, b):
-    for name in ("included", "projections", "initial", "final", "sampled", "coordinates"):
+    for name in ("included", "projections", "initial", "final", "sampled", "coordinates",
+                 "data"):
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
     assert (a.kind, a.noise_multiplier, a.sample_rate) == (b.kind, b.noise_multiplier,
                                                           b.sample_rate)
@@ -63,10 +65,42 @@ def test_own_key_record_beside_and_a_cached_rerun_gives_the_same_bounds(tmp_path
     loaded, loaded_record, fresh = _get(again, data)
     assert (again.stats.hits, again.stats.misses) == (1, 0) and loaded.from_cache
     assert fresh.record is loaded_record
+    assert loaded_record.data is not None  # the rows' part d comes back too
     _same(record, loaded_record)
     for k, v in model.module.state_dict().items():
         assert torch.equal(v.cpu(), loaded.module.state_dict()[k].cpu())
     assert gradient_canary_audit(record) == gradient_canary_audit(loaded_record)
+    known = {"noise": "per-step", "known_data": True}
+    assert (gradient_canary_audit(record, **known)
+            == gradient_canary_audit(loaded_record, **known))
+
+
+def test_a_record_stored_without_the_rows_part_loads_and_is_never_scored_as_if_it_had_it(
+        tmp_path, data):
+    """An entry cached before the record kept d (its npz has no ``data``) still loads, for
+    the auditor who does not need d; asked for known_data it is a ConfigError that says
+    what to do, never the x score under a known-data report."""
+    from miaudit.cache.gradient_records import load_record, save_record
+    from miaudit.config import CanariesConfig
+    from miaudit.errors import ConfigError
+    from miaudit.privacy.audit_record import PrivacySettings
+    from miaudit.privacy.white_box import gradient_canaries_csv, white_box_audit
+
+    _, record, _ = _get(ModelCache(tmp_path), data)
+    path = tmp_path / "old.canaries.npz"
+    old = load_record(path, save_record(path, dataclasses.replace(record, data=None)))
+    assert old.data is None
+    _same(dataclasses.replace(record, data=None), old)
+    settings = PrivacySettings(claimed=None, alpha=0.05, delta=1e-5, delta_source="dp",
+                               split_seed=0)
+    section = CanariesConfig(kind="gradient", count=100)  # known_data: true by default
+    for use in (lambda: white_box_audit(old, section, settings),
+                lambda: gradient_canaries_csv(old, section)):
+        with pytest.raises(ConfigError, match=r"known_data: true needs .*known_data: false"):
+            use()
+    as_before = dataclasses.replace(section, known_data=False)
+    assert (white_box_audit(old, as_before, settings)
+            == white_box_audit(record, as_before, settings))
 
 
 @pytest.mark.parametrize("damage", ["garbage", "missing", "swapped"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
-from miaudit.config.sections import WHITE_BOX_THREAT_MODELS, CanariesConfig
+from miaudit.config.sections import WHITE_BOX_NOISE, WHITE_BOX_THREAT_MODELS, CanariesConfig
 from miaudit.errors import ConfigError
 
 
@@ -63,19 +63,25 @@ def _check_gradient_options(c: CanariesConfig, white_box: bool) -> None:
     from miaudit.train.gradient_canaries import COORDINATES, KINDS, SCORES
 
     defaults = CanariesConfig()
-    keys = ("direction", "coordinates", "probe_rows", "score", "threat_models")
+    keys = ("direction", "coordinates", "probe_rows", "score", "threat_models", "known_data",
+            "noise")
     if not white_box:
         given = [k for k in keys if getattr(c, k) != getattr(defaults, k)]
         if given:
             raise ConfigError(f"canaries.{given[0]} is an option of gradient canaries: set "
                               f"canaries.kind: gradient (a DP-SGD target) or remove it.")
         return
-    choices = {"direction": KINDS, "coordinates": COORDINATES, "score": SCORES}
+    choices = {"direction": KINDS, "coordinates": COORDINATES, "score": SCORES,
+               "noise": WHITE_BOX_NOISE}
     for key, allowed in choices.items():
         value = getattr(c, key)
         if value not in allowed:
             raise ConfigError(f"canaries.{key} must be one of {', '.join(allowed)}; got "
                               f"{value!r}.{_suggest(str(value), allowed)}")
+    if not isinstance(c.known_data, bool):  # YAML's `yes`/`no` are bools; "false" is not
+        raise ConfigError(f"canaries.known_data must be true (the every-iterate auditor knows "
+                          f"the other rows' clipped gradients, as DP's adversary does) or "
+                          f"false; got {c.known_data!r}.")
     if c.delta == 0:
         raise ConfigError("canaries.delta must be > 0 with kind gradient: the f-DP bound's ε "
                           "needs δ > 0 (leave it out for the target's DP-SGD δ).")

@@ -22,6 +22,9 @@ AUTO = "auto"
 # or the final model θ_T only (θ_0 known either way)
 GRADIENT_KIND = "gradient"
 WHITE_BOX_THREAT_MODELS = ("every-iterate", "final-model")
+# canaries.noise: the σ of the every-iterate likelihood score (canary_scores' noise): each
+# step's own estimate, one estimate over the whole run, or the accountant's σ
+WHITE_BOX_NOISE = ("per-step", "estimated", "claimed")
 
 
 @dataclass
@@ -211,6 +214,23 @@ class CanariesConfig:
     probe_rows: int = 1024
     score: str = "likelihood"
     threat_models: list[str] = field(default_factory=lambda: list(WHITE_BOX_THREAT_MODELS))
+    # The every-iterate score's two scoring-only options (they change no training, so the
+    # cached target serves either; miaudit.train.gradient_canaries.canary_scores).
+    # known_data: score x − d, the privatised gradient minus the other rows' clipped sum on
+    # the canary's coordinate (recorded in training): DP's own adversary knows every other
+    # row, and their sampling is independent of the canaries' coins, so the bound stays a
+    # sound lower bound of the claim while the data's gradients stop hiding the canary.
+    # noise (the likelihood score's σ; score sum ignores it): per-step (each step's σ read
+    # off its m projections), estimated (one σ for the run) or claimed (the accountant's).
+    # Any σ is sound (a function of the output); a wrong one only costs power, and per-step
+    # lets steps with missing noise weigh as much as they reveal (how dp-bugs' every-iterate
+    # audit refutes noise added once per epoch). Defaults: the dp-bugs study's choices, made
+    # on its development seeds 100-102 (EXPERIMENTS.md); both sound, and neither costs a
+    # correct run more than ~0.01 of its bound (examples/dp-whitebox.yaml: quiet coordinates,
+    # where d is tiny), while known_data adds ~0.15 with random coordinates. false /
+    # estimated: the auditor of miaudit before them.
+    known_data: bool = True
+    noise: str = "per-step"
 
     def __post_init__(self) -> None:
         check_alpha(self.alpha, "canaries.alpha")

@@ -209,15 +209,17 @@ def claim_finding(settings: PrivacySettings, best: BestBound | None) -> str | No
 class GradientCanarySettings:
     """What the white-box bounds rest on: m gradient canaries (each in the DP-SGD run with
     probability ½), how many took part, their direction (dirac or random) and coordinates,
-    the every-iterate score and the σ it used, the run's steps and sample rate, α, δ (and
-    where δ came from) and the (k₊, k₋) guesses fixed in advance."""
+    the every-iterate score, the σ it used and how it was had (``noise_estimate``, the
+    config's ``canaries.noise``), whether it subtracted the other rows' part
+    (``known_data``), the run's steps and sample rate, α, δ (and where δ came from) and the
+    (k₊, k₋) guesses fixed in advance."""
 
     count: int
     included: int
     direction: str
     coordinates: str | None
     score: str
-    noise: float  # σ of the every-iterate likelihood score (estimated from the run)
+    noise: float  # σ of the every-iterate likelihood score (per-step: over all steps)
     noise_multiplier: float  # σ the accountant claims
     steps: int
     sample_rate: float
@@ -225,6 +227,12 @@ class GradientCanarySettings:
     delta: float
     delta_source: str
     guesses: tuple[tuple[int, int], ...]
+    # canaries.noise: how the every-iterate score's σ was had (per-step: each step's own,
+    # ``noise`` then the run's overall estimate); canaries.known_data: the every-iterate
+    # auditor subtracted the other rows' clipped sum. The defaults are what summaries
+    # written before these options were scored with.
+    noise_estimate: str = "estimated"
+    known_data: bool = False
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GradientCanarySettings:

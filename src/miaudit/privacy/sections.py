@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from miaudit.privacy.audit_record import BestBound, PrivacyAudit
+from miaudit.privacy.audit_record import BestBound, GradientCanarySettings, PrivacyAudit
 from miaudit.privacy.results import (
     CANARY_EPSILON_LOWER_BOUND,
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
@@ -191,11 +191,34 @@ def missing_notes(result: AuditResult) -> list[str]:
     return notes
 
 
-# what each white-box threat model's auditor sees (miaudit.train.gradient_canaries)
+# what each white-box threat model's auditor sees (miaudit.train.gradient_canaries); the
+# every-iterate one as scored without canaries.known_data
 THREAT_MODEL_WORDS = {
-    "every-iterate": "the auditor sees every iterate θ₀ … θ_T, as DP-SGD's accounting assumes",
+    "every-iterate": "the auditor sees every iterate θ₀ … θ_T, as DP-SGD's accounting assumes, "
+                     "but not the other rows' gradients",
     "final-model": "the auditor sees the initial and the final weights only",
 }
+# the every-iterate auditor with canaries.known_data: DP's own adversary, all of it
+KNOWN_DATA_WORDS = ("the auditor sees every iterate θ₀ … θ_T and knows the other rows' "
+                    "clipped gradients, as DP-SGD's accounting assumes")
+
+
+def threat_model_words(threat_model: str, known_data: bool) -> str:
+    """What the auditor of ``threat_model`` knows; ``known_data`` (the every-iterate score
+    subtracted the other rows' clipped sum) changes the every-iterate auditor only."""
+    if threat_model == "every-iterate" and known_data:
+        return KNOWN_DATA_WORDS
+    return THREAT_MODEL_WORDS[threat_model]
+
+
+def _noise_words(s: GradientCanarySettings) -> str:
+    """How the every-iterate likelihood score's σ was had (canaries.noise)."""
+    claimed = f"the accountant claims {s.noise_multiplier:.3g}"
+    if s.noise_estimate == "per-step":
+        return f"each step's σ read off the run, {s.noise:.3g} over all steps; {claimed}"
+    if s.noise_estimate == "claimed":
+        return f"σ {s.noise:.3g}, the accountant's"
+    return f"σ {s.noise:.3g} read off the run; {claimed}"
 WHITE_BOX_HEADER = ["threat model", "ε one-run", "μ f-DP", "ε est. (μ)", "m", "k₊", "k₋", "r",
                     "v", "α", "δ"]
 
@@ -208,9 +231,11 @@ def white_box_lines(audit: PrivacyAudit | None) -> list[str]:
     if audit is None or audit.white_box is None:
         return []
     m = audit.white_box.settings.count
+    known_data = audit.white_box.settings.known_data
     lines = []
     for fam in audit.white_box.families:
-        head = f"White-box {fam.threat_model} ({THREAT_MODEL_WORDS[fam.threat_model]}): "
+        head = (f"White-box {fam.threat_model} "
+                f"({threat_model_words(fam.threat_model, known_data)}): ")
         k = fam.bounds_compared
         over = (f"{confidence(fam.best.family_alpha)} over {k} guess candidates, Bonferroni"
                 if fam.best is not None and k > 1 else
@@ -254,6 +279,7 @@ def _white_box_legend(audit: PrivacyAudit) -> list[str]:
     assert audit.white_box is not None
     s = audit.white_box.settings
     where = f", {s.coordinates} coordinates" if s.coordinates else ""
+    minus = " less the other rows' clipped sum, which DP's adversary knows" if s.known_data else ""
     k = len(s.guesses)
     each = ("on the one (k₊, k₋) guess pair fixed in advance" if k == 1 else
             f"each the best of {k} (k₊, k₋) candidates fixed in advance, each at α / {k}")
@@ -262,8 +288,8 @@ def _white_box_legend(audit: PrivacyAudit) -> list[str]:
         f"({s.direction}{where}; each a vector of the clipping norm, one more example of "
         f"DP-SGD's dataset, Poisson-sampled at rate {s.sample_rate:.4g} over {s.steps} "
         f"steps), {s.included} in the run (each with probability ½). Every iterate: the "
-        f"{s.score} score of each step's privatised gradient (σ {s.noise:.3g} read off the run; "
-        f"the accountant claims {s.noise_multiplier:.3g}); final model: ⟨θ₀ − θ_T, u⟩. Each "
+        f"{s.score} score of each step's privatised gradient{minus} ({_noise_words(s)}); "
+        f"final model: ⟨θ₀ − θ_T, u⟩. Each "
         f"threat model is a Bonferroni family of its own: its ε (one-run) and its μ (f-DP, "
         f"Mahloujifar, Melis & Chaudhuri 2025: it rejects μ-GDP curves only, and its ε holds "
         f"only if the trade-off curve is Gaussian), {each}, so each holds at 1 − α; δ from "

@@ -8,6 +8,11 @@ gradient_canary_audit` evaluates each (k₊, k₋) candidate at α / K and keeps
 one-run ε bound holds at 1 − α, and so does its f-DP μ bound (μ-GDP assumed). The black-box
 families (the attacks' bounds, :func:`~miaudit.privacy.best_bound.privacy_audit`) are
 untouched: a white-box bound is about a stronger auditor and is never compared with them.
+
+The every-iterate score takes the section's ``known_data`` (x − d: the other rows' clipped
+sum, recorded in training, subtracted, as DP's adversary may) and ``noise`` (the likelihood
+score's σ: per step, for the run, or the accountant's); both are scoring-only, so the cached
+target serves every choice, and a record that lacks d is never scored as if it had it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.config import CanariesConfig
+from miaudit.errors import ConfigError
 from miaudit.privacy import FDPOneRunBound, OneRunBound
 from miaudit.privacy.audit_record import (
     BestBound,
@@ -53,16 +59,34 @@ def _family(bounds: ThreatModelBounds, k: int, alpha: float,
     return WhiteBoxFamily(bounds.threat_model, k, best, best_mu, claim_finding(plain, best))
 
 
+def _known_data(record: GradientCanaryRecord, canaries: CanariesConfig) -> bool:
+    """Whether the every-iterate score subtracts the other rows' part d: ``known_data``, and
+    only with a record that holds d. A record without it (a target cached before the model
+    cache kept d) would otherwise be scored as ``known_data: false`` under a report saying
+    true: a different auditor, silently. So it is an error that says how to get d."""
+    if canaries.known_data and record.data is None:
+        raise ConfigError(
+            "canaries.known_data: true needs the other rows' part of each step (the record's "
+            "data), and this target's gradient-canary record has none: it was cached before "
+            "miaudit kept it. Set canaries.known_data: false to audit it as before, or have "
+            "the target retrained: remove <cache_key>.json from the model cache (the "
+            "target's cache_key in the run's training.json) or use another cache_dir.")
+    return bool(canaries.known_data)
+
+
 def white_box_audit(record: GradientCanaryRecord, canaries: CanariesConfig,
                     settings: PrivacySettings) -> WhiteBoxAudit:
     """The white-box families of a run with gradient canaries: ``canaries`` (the run's
-    section: guesses, α, δ, score, threat models) on ``record``, δ the section's or else
-    the black-box audit's (``settings``: the target's DP-SGD δ), whose claim each family's
-    best ε is read against."""
+    section: guesses, α, δ, score, known_data, noise, threat models) on ``record``, δ the
+    section's or else the black-box audit's (``settings``: the target's DP-SGD δ), whose
+    claim each family's best ε is read against. ConfigError when ``known_data`` asks for
+    the rows' part d and the record has none (:func:`_known_data`)."""
     delta, source = ((float(canaries.delta), "canaries.delta") if canaries.delta is not None
                      else (settings.delta, settings.delta_source))
+    known_data = _known_data(record, canaries)
     audit = gradient_canary_audit(record, guesses=canaries.guesses, delta=delta,
-                                  alpha=canaries.alpha, score=canaries.score)
+                                  alpha=canaries.alpha, score=canaries.score,
+                                  noise=canaries.noise, known_data=known_data)
     pairs = resolve_guesses(canaries.guesses, record.m)
     by_model = {"every-iterate": audit.every_iterate, "final-model": audit.final_model}
     families = tuple(_family(by_model[t], len(pairs), canaries.alpha, settings)
@@ -70,7 +94,8 @@ def white_box_audit(record: GradientCanaryRecord, canaries: CanariesConfig,
     used = GradientCanarySettings(
         count=record.m, included=int(record.included.sum()), direction=record.kind,
         coordinates=canaries.coordinates if record.kind == "dirac" else None,
-        score=canaries.score, noise=float(audit.noise),
+        score=canaries.score, noise=float(audit.noise), noise_estimate=canaries.noise,
+        known_data=known_data,
         noise_multiplier=float(record.noise_multiplier), steps=record.steps,
         sample_rate=float(record.sample_rate), alpha=float(canaries.alpha), delta=delta,
         delta_source=source, guesses=tuple(pairs))
@@ -82,7 +107,9 @@ def gradient_canaries_csv(record: GradientCanaryRecord, canaries: CanariesConfig
     each gradient canary (its flattened-parameter coordinate for a Dirac canary, else
     empty), whether it was in the run, in how many steps it joined the batch, and its score
     under each threat model (higher: guessed IN first)."""
-    every = canary_scores(record, "every-iterate", canaries.score)
+    # the every-iterate score the bounds were read from (the same options)
+    every = canary_scores(record, "every-iterate", canaries.score, canaries.noise,
+                          _known_data(record, canaries))
     final = canary_scores(record, "final-model")
     coords: Any = (record.coordinates if record.coordinates is not None
                    else np.full(record.m, "", dtype=object))
