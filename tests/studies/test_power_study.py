@@ -35,7 +35,6 @@ from miaudit.studies.power.report import (
     per_target_table,
     power_table,
     summarize,
-    t_interval,
     times_baseline,
 )
 from miaudit.studies.registry import get_study, resolve_config, run_study
@@ -241,14 +240,6 @@ def test_times_rmia_is_the_ratio_of_the_means(tmp_path):
     summarize(table, tmp_path)  # no config.yaml: defaults (rmia, 95%)
     summary = (tmp_path / "summary.md").read_text()
     assert "seeds 0–3, the held-out evaluation seeds" in summary and "| 2.00" in summary
-
-
-def test_t_interval():
-    mean, lo, hi = t_interval([1.0, 2.0, 3.0, np.nan])
-    assert mean == 2.0 and hi - mean == pytest.approx(4.302653 * 1 / math.sqrt(3), abs=1e-5)
-    assert lo == pytest.approx(2 * mean - hi)
-    one = t_interval([0.5])
-    assert one[0] == 0.5 and math.isnan(one[1]) and math.isnan(one[2])
 
 
 def test_empty_table_summary(tmp_path):

@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from scipy import stats
 
 from miaudit.io import atomic_open, write_text
 from miaudit.records.columns import tpr_column
 from miaudit.report.formatting import markdown_table
 from miaudit.report.plots import figure_png
+from miaudit.studies.intervals import t_interval
 from miaudit.studies.power.anchors import anchor_descriptions, anchor_labels, best_anchor
 
 # tables recorded before the one spelling named these columns tpr_0.1% and tpr_1%
@@ -47,19 +47,6 @@ COST_NOTES = {
     "rapid": "a scorer network (shadow rows)",
     "rapid-hybrid": "a scorer network (shadow rows)",
 }
-
-
-def t_interval(values: Any, confidence: float = 0.95) -> tuple[float, float, float]:
-    """Mean of ``values`` (NaN dropped) and its Student-t interval; NaN bounds for n < 2."""
-    x = np.asarray(values, dtype=float)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        return math.nan, math.nan, math.nan
-    mean = float(x.mean())
-    if x.size < 2:
-        return mean, math.nan, math.nan
-    half = float(stats.t.ppf((1 + confidence) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
-    return mean, mean - half, mean + half
 
 
 def _paired(table: pd.DataFrame, attack: str, baseline: str, column: str) -> pd.DataFrame:
