@@ -124,6 +124,54 @@ def digits_bank() -> SignalBank:
     )
 
 
+def _visible_sides(bank: SignalBank, target: int,
+                   shadow: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The references' IN and OUT sides as `TargetView.of(bank, target)` defines them
+    (docs/algorithms.md: IN(n) and OUT(n) are the references available for n that did and
+    did not train on it; in a balanced design the view sets one aside per sample). bool
+    [M, N] each, indexed by bank model; the target's row all False. With `shadow` (a
+    reference index r): the sides of `view.as_shadow(r)`, whose target is that reference."""
+    from miaudit.attacks import TargetView  # here: the conftest imports no attack module
+
+    view = TargetView.of(bank, target)
+    if shadow is not None:
+        view = view.as_shadow(shadow)
+    in_models = np.zeros(bank.membership.shape, dtype=bool)
+    out_models = np.zeros(bank.membership.shape, dtype=bool)
+    in_models[view.reference_ids] = view.reference_membership
+    out_models[view.reference_ids] = view.out_mask()
+    # a view only ever withholds references: each side is within the bank's own
+    assert not (in_models & ~bank.membership).any() and not (out_models & bank.membership).any()
+    return in_models, out_models
+
+
+@pytest.fixture(scope="session")
+def visible_sides():
+    """`visible_sides(bank, target, shadow=None) -> (in_models, out_models)`: the masks a
+    direct transcription of an attack takes its IN and OUT references from."""
+    return _visible_sides
+
+
+def _redrawn_target(bank: SignalBank, target: int, seed: int) -> SignalBank:
+    """`bank` with the target's membership row a fresh random draw (population rows OUT): no
+    longer a balanced design, so no view of it sets a reference aside (checked). Two draws
+    differ only in the target's membership: an attack blind to it scores them alike."""
+    from miaudit.attacks import TargetView
+
+    membership = bank.membership.copy()
+    free = ~bank.population if bank.population is not None else np.ones(bank.n_samples, bool)
+    membership[target] = free & (np.random.default_rng(seed).random(bank.n_samples) < 0.5)
+    redrawn = bank.replace(membership=membership)
+    assert not TargetView.of(redrawn, target).set_aside.any()
+    return redrawn
+
+
+@pytest.fixture(scope="session")
+def redrawn_target():
+    """`redrawn_target(bank, target, seed) -> bank`: the target's membership row redrawn."""
+    return _redrawn_target
+
+
 @pytest.fixture(scope="session")
 def docstring_texts() -> tuple[list[str], np.ndarray]:
     """Real English text made here, nothing downloaded: the first paragraphs of public

@@ -151,10 +151,10 @@ def test_bootstrap_tpr_has_the_distribution_of_explicit_resamples(fprs) -> None:
         assert fast[:, j].std() == pytest.approx(naive[:, j].std(), rel=0.1, abs=1e-3)
 
 
-def test_fpr_count_follows_the_roc_rule() -> None:
+def testfalse_positive_allowance_follows_the_roc_rule() -> None:
     for n0 in (1, 7, 1000, 9999, 100_000):
         for f in (0.001, 0.01, 0.1, 0.3, 1.0):
-            k = metrics._fpr_count(n0, f)
+            k = metrics.false_positive_allowance(n0, f)
             assert k / n0 <= f and (k == n0 or (k + 1) / n0 > f)
 
 

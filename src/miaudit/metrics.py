@@ -22,6 +22,7 @@ from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+from scipy.special import gammaln, ndtr
 
 from miaudit.errors import AttackError
 
@@ -222,7 +223,7 @@ def support_warning(n_nonmembers: int, fpr: float) -> str | None:
     )
 
 
-def _fpr_count(n0: int, fpr: float) -> int:
+def false_positive_allowance(n0: int, fpr: float) -> int:
     """The most false positives k with ``k / n0 <= fpr`` in floating point (the ROC's rule)."""
     k = min(n0, int(math.floor(fpr * n0)))
     while k < n0 and (k + 1) / n0 <= fpr:
@@ -255,7 +256,7 @@ def _bootstrap_tpr(
     rng = np.random.default_rng(seed)
     out = np.empty((n_bootstrap, len(fprs)))
     for j, f in enumerate(fprs):
-        k = _fpr_count(n0, f)
+        k = false_positive_allowance(n0, f)
         if k >= n0:  # every point qualifies, the last one included: all members
             out[:, j] = 1.0
             continue
@@ -366,3 +367,49 @@ def evaluate(
         "balanced_accuracy": bal,
         "threshold": None if threshold is None else float(threshold),
     }
+
+
+# The null distributions of the figures (the verdict's test, miaudit.verdict.significance):
+# under the null the membership labels are exchangeable given the scores.
+
+
+def tpr_null_p_value(tpr: float, n_members: int, n_nonmembers: int, fpr: float) -> float:
+    """P(TPR at FPR ``fpr`` >= ``tpr``) when membership is independent of the scores."""
+    if n_members <= 0 or n_nonmembers <= 0:
+        return 1.0
+    allowed = false_positive_allowance(n_nonmembers, fpr)
+    if allowed >= n_nonmembers:
+        return 1.0  # every member is above such a point: no evidence either way
+    hits = int(round(tpr * n_members))
+    if hits <= 0:
+        return 1.0
+    return min(1.0, max(0.0, negative_hypergeometric_sf(hits, n_members, n_nonmembers,
+                                                        allowed + 1)))
+
+
+def negative_hypergeometric_sf(hits: int, n_members: int, n_nonmembers: int, stops: int
+                               ) -> float:  # fmt: skip
+    """P(K >= hits): K the members drawn before the ``stops``-th non-member, drawing without
+    replacement from ``n_members`` members and ``n_nonmembers`` non-members (scipy's
+    ``nhypergeom(n_members + n_nonmembers, n_members, stops).sf(hits - 1)``, from
+    ``scipy.special`` alone: scipy.stats costs half a second to import)."""
+    k = np.arange(hits, n_members + 1, dtype=np.float64)
+    if k.size == 0:
+        return 0.0
+    r, n, total = float(stops), float(n_members), float(n_members + n_nonmembers)
+    # pmf(k) = C(k + r - 1, k) C(total - r - k, n - k) / C(total, n)
+    log_pmf = (_log_comb(k + r - 1, k) + _log_comb(total - r - k, n - k)
+               - _log_comb(total, n))
+    return float(np.exp(log_pmf).sum())
+
+
+def _log_comb(n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
+    return gammaln(np.add(n, 1)) - gammaln(np.add(k, 1)) - gammaln(np.subtract(n, k) + 1)
+
+
+def auc_null_p_value(auc: float, n_members: int, n_nonmembers: int) -> float:
+    """One-sided P(AUC >= ``auc``) under the null, Mann–Whitney's normal approximation."""
+    if n_members <= 0 or n_nonmembers <= 0:
+        return 1.0
+    sd = math.sqrt((n_members + n_nonmembers + 1) / (12.0 * n_members * n_nonmembers))
+    return float(ndtr(-(auc - 0.5) / sd))

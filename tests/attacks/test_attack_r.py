@@ -17,17 +17,18 @@ def _losses(bank):
     return -log_p[:, n_idx, :, bank.labels].transpose(1, 0, 2).mean(-1)
 
 
-def _out_losses(bank, target, losses, n):
-    refs = [m for m in range(bank.n_models) if m != target]
-    return np.sort([losses[r, n] for r in refs if not bank.membership[r, n]])
+def _out_losses(out_models, losses, n):
+    """Sample n's OUT losses, sorted; out_models bool [M, N]: the view's OUT references."""
+    return np.sort([losses[r, n] for r in range(len(out_models)) if out_models[r, n]])
 
 
 @pytest.mark.parametrize("target", [0, 7])
-def test_attack_r_matches_interpolated_empirical_cdf(digits_bank, target):
+def test_attack_r_matches_interpolated_empirical_cdf(digits_bank, target, visible_sides):
     losses = _losses(digits_bank)
+    _, out_models = visible_sides(digits_bank, target)
     want = np.empty(digits_bank.n_samples)
     for n in range(digits_bank.n_samples):
-        out = _out_losses(digits_bank, target, losses, n)
+        out = _out_losses(out_models, losses, n)
         assert np.all(np.diff(out) > 0)  # no ties in real losses: np.interp is well defined
         want[n] = 1.0 - np.interp(losses[target, n], out, np.linspace(0, 1, out.size))
     got = run_attack("attack-r", TargetView.of(digits_bank, target)).scores
@@ -36,12 +37,14 @@ def test_attack_r_matches_interpolated_empirical_cdf(digits_bank, target):
 
 
 @pytest.mark.parametrize("alpha", [0.1, 0.3, 0.5, 0.9])
-def test_thresholding_at_one_minus_alpha_is_attack_r_at_level_alpha(digits_bank, alpha):
+def test_thresholding_at_one_minus_alpha_is_attack_r_at_level_alpha(digits_bank, alpha,
+                                                                   visible_sides):
     target = 1
     losses = _losses(digits_bank)
+    _, out_models = visible_sides(digits_bank, target)
     got = run_attack("attack-r", TargetView.of(digits_bank, target)).scores
     for n in np.nonzero(digits_bank.audit)[0]:
-        threshold = np.quantile(_out_losses(digits_bank, target, losses, n), alpha)
+        threshold = np.quantile(_out_losses(out_models, losses, n), alpha)
         assert (got[n] >= 1 - alpha) == (losses[target, n] <= threshold), n
 
 
@@ -87,14 +90,12 @@ def test_sample_without_out_reference_is_nan(digits_bank):
     assert np.isfinite(np.delete(run.scores, j)).all()
 
 
-def test_scores_ignore_the_target_membership(digits_bank):
+def test_scores_ignore_the_target_membership(digits_bank, redrawn_target):
     target = 4
-    membership = digits_bank.membership.copy()
-    membership[target] = np.random.default_rng(4).random(digits_bank.n_samples) < 0.5
-    membership[target, digits_bank.population] = False
+    one, two = (redrawn_target(digits_bank, target, seed) for seed in (4, 5))
     np.testing.assert_array_equal(
-        run_attack("attack-r", TargetView.of(digits_bank, target)).scores,
-        run_attack("attack-r", TargetView.of(_variant(digits_bank, membership), target)).scores,
+        run_attack("attack-r", TargetView.of(one, target)).scores,
+        run_attack("attack-r", TargetView.of(two, target)).scores,
     )
 
 

@@ -20,11 +20,12 @@ def _phi(bank):
     return true - logsumexp(others, axis=-1)
 
 
-def _sides(bank, target):
-    """Per sample: IN and OUT reference ids in bank order, equal counts over the audit samples."""
-    refs = [m for m in range(bank.n_models) if m != target]
-    ins = [[r for r in refs if bank.membership[r, n]] for n in range(bank.n_samples)]
-    outs = [[r for r in refs if not bank.membership[r, n]] for n in range(bank.n_samples)]
+def _sides(bank, visible):
+    """Per sample: IN and OUT reference ids in bank order, equal counts over the audit samples.
+    visible: the view's (IN, OUT) masks, bool [M, N] each (the `visible_sides` fixture)."""
+    in_models, out_models = visible
+    ins = [np.flatnonzero(in_models[:, n]).tolist() for n in range(bank.n_samples)]
+    outs = [np.flatnonzero(out_models[:, n]).tolist() for n in range(bank.n_samples)]
     audit = np.nonzero(bank.audit)[0]
     k_in = min(len(ins[n]) for n in audit if ins[n])
     k_out = min(len(outs[n]) for n in audit if outs[n])
@@ -36,11 +37,11 @@ def _pooled(phi, side, j):
     return max(np.concatenate(devs).std(), SIGMA_FLOOR) ** 2
 
 
-def _direct(bank, target, prior):
+def _direct(bank, target, prior, visible):
     """Scores one sample and query at a time; prior(s, side, j) -> (nu0, s0^2), s 0: IN, 1: OUT."""
     phi = _phi(bank)
     x = phi[target]
-    sides = _sides(bank, target)
+    sides = _sides(bank, visible)
     n, q = x.shape
     want = {name: np.full((n, q), np.nan) for name in NAMES}
     for j in range(q):
@@ -72,25 +73,28 @@ def _direct(bank, target, prior):
 
 
 @pytest.mark.parametrize("target,strength", [(0, 3.0), (5, 0.5)])
-def test_bavaria_with_a_fixed_prior_matches_direct_computation(digits_bank, target, strength):
+def test_bavaria_with_a_fixed_prior_matches_direct_computation(digits_bank, target, strength,
+                                                              visible_sides):
     phi = _phi(digits_bank)
-    want = _direct(digits_bank, target, lambda s, side, j: (strength, _pooled(phi, side, j)))
+    want = _direct(digits_bank, target, lambda s, side, j: (strength, _pooled(phi, side, j)),
+                   visible_sides(digits_bank, target))
     view = TargetView.of(digits_bank, target)
     for name in NAMES:
         got = run_attack(name, view, prior_strength=strength).scores
         np.testing.assert_allclose(got, want[name], rtol=1e-7, atol=1e-9, err_msg=name)
 
 
-def test_bavaria_default_uses_the_empirical_bayes_prior(digits_bank):
+def test_bavaria_default_uses_the_empirical_bayes_prior(digits_bank, visible_sides):
     view = TargetView.of(digits_bank, 1)
     got = {name: run_attack(name, view).scores for name in NAMES}
     fitted = {s: view.memo(("bavaria-prior", s, True, None), lambda: None) for s in (0, 1)}
-    sides = _sides(digits_bank, 1)
+    visible = visible_sides(digits_bank, 1)
+    sides = _sides(digits_bank, visible)
 
     def prior(s, side, j):
         return fitted[s].strength[j], fitted[s].variance[j]
 
-    want = _direct(digits_bank, 1, prior)
+    want = _direct(digits_bank, 1, prior, visible)
     for name in NAMES:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-7, atol=1e-9, err_msg=name)
     # the fitted prior maximises the marginal likelihood of the OUT side's sums of squares
@@ -175,13 +179,10 @@ def test_student_t_helpers_match_scipy_and_stay_finite_in_the_tails():
     assert np.isfinite(extreme).all() and extreme[1] == 0.0 and extreme[2] < 0.0
 
 
-def test_scores_ignore_the_target_membership(digits_bank):
+def test_scores_ignore_the_target_membership(digits_bank, redrawn_target):
     target = 6
-    membership = digits_bank.membership.copy()
-    membership[target] = np.random.default_rng(2).random(digits_bank.n_samples) < 0.5
-    membership[target, digits_bank.population] = False
-    original = TargetView.of(digits_bank, target)
-    shuffled = TargetView.of(digits_bank.replace(membership=membership), target)
+    one, two = (TargetView.of(redrawn_target(digits_bank, target, seed), target)
+                for seed in (2, 3))
     for name in NAMES:
-        np.testing.assert_array_equal(run_attack(name, original).scores,
-                                      run_attack(name, shuffled).scores, err_msg=name)
+        np.testing.assert_array_equal(run_attack(name, one).scores,
+                                      run_attack(name, two).scores, err_msg=name)

@@ -47,17 +47,16 @@ def _conventional(bank, m):
 
 
 @pytest.mark.parametrize("target", [0, 3])
-def test_boundary_distance_matches_direct_computation(boundary_bank, target):
+def test_boundary_distance_matches_direct_computation(boundary_bank, target, visible_sides):
     view = TargetView.of(boundary_bank, target)
     want = _conventional(boundary_bank, target)
     np.testing.assert_array_equal(run_attack("boundary-distance", view).scores, want)
     assert (want == 0).any()  # the digits MLPs misclassify some samples
 
     per_model = np.stack([_conventional(boundary_bank, m) for m in range(8)])
-    others = [m for m in range(8) if m != target]
-    out = ~boundary_bank.membership[others]
+    _, out = visible_sides(boundary_bank, target)  # the target's row all False
     mean_out = np.array(
-        [per_model[others][out[:, n], n].mean() if out[:, n].any() else np.nan
+        [per_model[out[:, n], n].mean() if out[:, n].any() else np.nan
          for n in range(boundary_bank.n_samples)]
     )
     got = run_attack("calibrated-boundary-distance", view).scores

@@ -37,11 +37,11 @@ def _phi(bank):
     return true - logsumexp(others, axis=-1)
 
 
-def _sides(bank, target, equal_counts):
-    """Per sample: the reference ids IN and OUT, in bank order, truncated like the ref code."""
-    refs = [m for m in range(bank.n_models) if m != target]
-    ins = [[r for r in refs if bank.membership[r, n]] for n in range(bank.n_samples)]
-    outs = [[r for r in refs if not bank.membership[r, n]] for n in range(bank.n_samples)]
+def _sides(visible, equal_counts):
+    """Per sample: the reference ids IN and OUT, in bank order, truncated like the ref code.
+    visible: (IN, OUT) masks, bool [M, N] each (the view's: the `visible_sides` fixture)."""
+    ins = [np.flatnonzero(side).tolist() for side in visible[0].T]
+    outs = [np.flatnonzero(side).tolist() for side in visible[1].T]
     if equal_counts:
         k_in = min(len(s) for s in ins if s)
         k_out = min(len(s) for s in outs if s)
@@ -64,9 +64,9 @@ def _fit(phi, sides, fixed):
     return mu, np.maximum(sd, SIGMA_FLOOR)
 
 
-def _direct(bank, target, equal_counts=True):
+def _direct(bank, target, visible, equal_counts=True):
     phi = _phi(bank)
-    ins, outs = _sides(bank, target, equal_counts)
+    ins, outs = _sides(visible, equal_counts)
     x = phi[target]
     want = {}
     for fixed, suffix in ((False, ""), (True, "-fixed-variance")):
@@ -81,17 +81,17 @@ def _direct(bank, target, equal_counts=True):
 
 
 @pytest.mark.parametrize("target", [0, 5])
-def test_lira_scores_match_direct_computation(digits_bank, target):
+def test_lira_scores_match_direct_computation(digits_bank, target, visible_sides):
     view = TargetView.of(digits_bank, target)
-    want = _direct(digits_bank, target)
+    want = _direct(digits_bank, target, visible_sides(digits_bank, target))
     for name in NAMES:
         got = run_attack(name, view).scores
         np.testing.assert_allclose(got, want[name], rtol=1e-8, atol=1e-8, err_msg=name)
 
 
-def test_lira_without_equal_counts_matches_direct_computation(digits_bank):
+def test_lira_without_equal_counts_matches_direct_computation(digits_bank, visible_sides):
     view = TargetView.of(digits_bank, 0)
-    want = _direct(digits_bank, 0, equal_counts=False)
+    want = _direct(digits_bank, 0, visible_sides(digits_bank, 0), equal_counts=False)
     for name in NAMES:
         got = run_attack(name, view, equal_counts=False).scores
         np.testing.assert_allclose(got, want[name], rtol=1e-8, atol=1e-8, err_msg=name)
@@ -112,7 +112,7 @@ def test_missing_side_gives_nan_exactly_there(digits_bank):
         assert {int(audit[i]) for i in got_nan} == expect_nan, name
 
 
-def test_sigma_is_floored_when_references_agree(digits_bank):
+def test_sigma_is_floored_when_references_agree(digits_bank, visible_sides):
     target, j = 0, int(np.nonzero(digits_bank.audit)[0][0])
     logits = digits_bank.logits.copy()
     logits[1:, j] = logits[1, j]  # every reference has the same outputs on sample j
@@ -120,7 +120,7 @@ def test_sigma_is_floored_when_references_agree(digits_bank):
     view = TargetView.of(bank, target)
     fit = fit_gaussians(view.reference_stat("phi"), view.out_mask())
     np.testing.assert_array_equal(fit.std[j], SIGMA_FLOOR)
-    want = _direct(bank, target)
+    want = _direct(bank, target, visible_sides(bank, target))
     for name in ("lira-online", "lira-offline", "lira-offline-two-sided"):
         got = run_attack(name, view).scores
         assert np.isfinite(got[j]), name
@@ -142,31 +142,31 @@ def test_fixed_variance_falls_back_to_the_spread_of_all_values():
     np.testing.assert_allclose(fit.std[:, 0], np.std([1.0, 4.0, 9.0]))
 
 
-def test_one_sided_offline_is_monotone_in_phi_and_two_sided_is_not(digits_bank):
+def test_one_sided_offline_is_monotone_in_phi_and_two_sided_is_not(digits_bank, redrawn_target):
     target = 2
-    rows = np.arange(digits_bank.n_samples)
+    # the target's row redrawn: no reference set aside, so moving the target's outputs moves
+    # phi_t alone, not which references a balanced bank's view would set aside
+    bank = redrawn_target(digits_bank, target, 0)
+    rows = np.arange(bank.n_samples)
     one, two = [], []
     for delta in (-2.0, -1.0, 0.0, 1.0, 2.0):
-        logits = digits_bank.logits.copy()
-        logits[target, rows, :, digits_bank.labels] += delta  # phi_t increases by delta
-        view = TargetView.of(_variant(digits_bank, logits=logits), target)
+        logits = bank.logits.copy()
+        logits[target, rows, :, bank.labels] += delta  # phi_t increases by delta
+        view = TargetView.of(_variant(bank, logits=logits), target)
         one.append(run_attack("lira-offline", view).scores)
         two.append(run_attack("lira-offline-two-sided", view).scores)
-    one, two = np.array(one)[:, digits_bank.audit], np.array(two)[:, digits_bank.audit]
+    one, two = np.array(one)[:, bank.audit], np.array(two)[:, bank.audit]
     assert (np.diff(one, axis=0) > 0).all()
     assert (np.diff(two, axis=0) < 0).any()
 
 
-def test_scores_ignore_the_target_membership(digits_bank):
+def test_scores_ignore_the_target_membership(digits_bank, redrawn_target):
     target = 6
-    membership = digits_bank.membership.copy()
-    membership[target] = np.random.default_rng(2).random(digits_bank.n_samples) < 0.5
-    membership[target, digits_bank.population] = False
-    original = TargetView.of(digits_bank, target)
-    shuffled = TargetView.of(_variant(digits_bank, membership), target)
+    one, two = (TargetView.of(redrawn_target(digits_bank, target, seed), target)
+                for seed in (2, 3))
     for name in NAMES:
         np.testing.assert_array_equal(
-            run_attack(name, original).scores, run_attack(name, shuffled).scores, err_msg=name
+            run_attack(name, one).scores, run_attack(name, two).scores, err_msg=name
         )
 
 
@@ -183,11 +183,22 @@ def test_online_lira_beats_the_loss_attack(digits_bank):
 
 
 def test_unequal_reference_counts_bias_online_lira_below_chance(digits_bank):
-    """Why equal_counts is the default: leaving the target out of a balanced bank gives its
-    members one IN reference fewer, and per-sample variances then depend on membership."""
+    """Why equal_counts is the default, and why a view of a balanced bank sets a reference
+    aside: leaving the target out of a balanced bank gives its members one IN reference fewer,
+    and per-sample variances fitted to all of them then depend on membership (online LiRA on
+    those sides, computed here, is below chance). The view's sides have the same counts
+    whatever the target's membership: lira-online without equal counts is above chance."""
     targets = range(digits_bank.n_models)
-    biased = np.mean([_auc(digits_bank, t, "lira-online", equal_counts=False) for t in targets])
-    assert biased < 0.5
+    audit, membership = digits_bank.audit, digits_bank.membership
+    leaky = []
+    for t in targets:
+        others = (np.arange(digits_bank.n_models) != t)[:, None]
+        scores = _direct(digits_bank, t, (membership & others, ~membership & others),
+                         equal_counts=False)["lira-online"]
+        leaky.append(roc_auc_score(membership[t][audit], scores[audit]))
+    assert np.mean(leaky) < 0.5
+    unequal = np.mean([_auc(digits_bank, t, "lira-online", equal_counts=False) for t in targets])
+    assert unequal > 0.5
 
 
 def test_equal_count_mask_keeps_the_first_k_references():
@@ -201,7 +212,8 @@ def test_equal_count_mask_keeps_the_first_k_references():
     np.testing.assert_array_equal(equal_count_mask(mask), mask & (np.cumsum(mask, axis=0) <= k))
 
 
-def test_fixed_variance_fallback_in_blocks_matches_one_block(digits_bank, monkeypatch):
+def test_fixed_variance_fallback_in_blocks_matches_one_block(digits_bank, monkeypatch,
+                                                            redrawn_target):
     """With one OUT reference per sample the fixed variance falls back to the overall spread;
     summed over blocks of samples (on two threads) it equals the one-block value."""
     import torch
@@ -215,6 +227,9 @@ def test_fixed_variance_fallback_in_blocks_matches_one_block(digits_bank, monkey
     bank = digits_bank.replace(
         membership=membership, population=np.zeros(n, dtype=bool), audit=np.ones(n, dtype=bool)
     )
+    # balanced (each sample IN for 7 of 8), a view would set the one OUT reference aside:
+    # the target's row redrawn, nothing is
+    bank = redrawn_target(bank, 0, 0)
     view = TargetView.of(bank, 0)
     assert view.out_mask().sum(axis=0).max() == 1  # no sample has two OUT references
     want = fit_gaussians(view.reference_stat("phi"), lira._sides(view, True)[1], True)

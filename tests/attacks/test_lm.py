@@ -71,8 +71,9 @@ def naive_loglik(bank):
                               dtype=np.float64) for j in range(n)] for i in range(m)])
 
 
-def naive_out_refs(bank, target, n):
-    return [r for r in range(bank.n_models) if r != target and not bank.membership[r, n]]
+def naive_out_refs(out_models, n):
+    """Sample n's OUT references; out_models bool [M, N]: the view's (`visible_sides`)."""
+    return [r for r in range(len(out_models)) if out_models[r, n]]
 
 
 def naive_lowest(values, k):
@@ -125,23 +126,25 @@ def test_min_k_takes_twenty_percent_by_default(bank):
 
 
 @pytest.mark.parametrize("target", [0, 5])
-def test_calibrated_matches_naive(bank, target):
+def test_calibrated_matches_naive(bank, target, visible_sides):
     loss = -naive_loglik(bank)
+    _, out_models = visible_sides(bank, target)
     expected = []
     for n in range(bank.n_samples):
-        refs = naive_out_refs(bank, target, n)
+        refs = naive_out_refs(out_models, n)
         expected.append(np.mean(loss[refs, n]) - loss[target, n] if refs else np.nan)
     scores = run_attack("lm-calibrated", TargetView.of(bank, target)).scores
     np.testing.assert_allclose(scores, expected, rtol=1e-6)
 
 
 @pytest.mark.parametrize("equal_counts", [False, True])
-def test_lira_offline_matches_naive(bank, equal_counts):
+def test_lira_offline_matches_naive(bank, equal_counts, visible_sides):
     """Per-sample OUT Gaussians; the fixed-variance variant is tested below."""
     target = 2
     ll = naive_loglik(bank)
     audit = bank.audit
-    refs = {n: naive_out_refs(bank, target, n) for n in range(bank.n_samples)}
+    _, out_models = visible_sides(bank, target)
+    refs = {n: naive_out_refs(out_models, n) for n in range(bank.n_samples)}
     if equal_counts:  # first k OUT references, k the least non-zero count among audit samples
         k = min(len(refs[n]) for n in range(bank.n_samples) if audit[n] and refs[n])
         refs = {n: r[:k] for n, r in refs.items()}
@@ -158,11 +161,12 @@ def test_lira_offline_matches_naive(bank, equal_counts):
     np.testing.assert_allclose(scores, expected, rtol=1e-6, atol=1e-9)
 
 
-def test_lira_offline_fixed_variance_matches_naive():
+def test_lira_offline_fixed_variance_matches_naive(visible_sides):
     bank = make_bank(m=8, balanced=True)  # k = 3 OUT references per sample to pool
     target = 2
     ll = naive_loglik(bank)
-    refs = {n: naive_out_refs(bank, target, n) for n in range(bank.n_samples)}
+    _, out_models = visible_sides(bank, target)
+    refs = {n: naive_out_refs(out_models, n) for n in range(bank.n_samples)}
     k = min(len(refs[n]) for n in range(bank.n_samples) if bank.audit[n] and refs[n])
     refs = {n: r[:k] for n, r in refs.items()}
     # One variance pooled over samples with >= 2 OUT references: sum of squared deviations
@@ -178,12 +182,13 @@ def test_lira_offline_fixed_variance_matches_naive():
 
 
 @pytest.mark.parametrize("a, gamma", [(0.3, 1.0), (0.0, 2.0), (1.0, 0.5)])
-def test_rmia_matches_naive(bank, a, gamma):
+def test_rmia_matches_naive(bank, a, gamma, visible_sides):
     target = 4
     p = np.exp(naive_loglik(bank))
+    _, out_models = visible_sides(bank, target)
     ratio = np.full(bank.n_samples, np.nan)
     for n in range(bank.n_samples):
-        refs = naive_out_refs(bank, target, n)
+        refs = naive_out_refs(out_models, n)
         if refs:
             ratio[n] = p[target, n] / (0.5 * ((1 + a) * np.mean(p[refs, n]) + (1 - a)))
     z = ratio[bank.population]
@@ -207,23 +212,24 @@ def test_lm_rmia_has_no_temperature(bank):
     assert np.isfinite(run_attack("rmia", view, temperature=1.0).scores[view.audit]).any()
 
 
-def test_rapid_features_match_naive_on_target_and_shadows(bank):
+def test_rapid_features_match_naive_on_target_and_shadows(bank, visible_sides):
     loss = -naive_loglik(bank)
     view = TargetView.of(bank, 1)
 
-    def naive(model, excluded):
+    def naive(model, out_models, excluded):
         rows = []
         for n in range(bank.n_samples):
-            refs = [r for r in naive_out_refs(bank, model, n) if r not in excluded]
+            refs = [r for r in naive_out_refs(out_models, n) if r not in excluded]
             s_ref = np.mean(loss[refs, n]) if refs else np.nan
             rows.append((loss[model, n], loss[model, n] - s_ref))
         return np.array(rows)
 
     features, scorable = lm_rapid_features(view)
-    np.testing.assert_allclose(features, naive(1, {1}), rtol=1e-6)
+    np.testing.assert_allclose(features, naive(1, visible_sides(bank, 1)[1], {1}), rtol=1e-6)
     np.testing.assert_array_equal(scorable, np.isfinite(features[:, 1]))
     shadow = view.as_shadow(2)  # reference 2 = bank model 3; the target (1) is excluded
-    np.testing.assert_allclose(lm_rapid_features(shadow)[0], naive(3, {1, 3}), rtol=1e-6)
+    np.testing.assert_allclose(lm_rapid_features(shadow)[0],
+                               naive(3, visible_sides(bank, 1, shadow=2)[1], {1, 3}), rtol=1e-6)
 
 
 def test_padding_is_never_read():

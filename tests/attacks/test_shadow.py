@@ -37,6 +37,8 @@ def test_shadow_rows_are_balanced_labelled_by_the_shadow_and_leave_one_out(digit
         np.testing.assert_array_equal(
             rows.labels[mine], view.reference_membership[r, rows.sample[mine]]
         )
+        # never where the view set the shadow aside (its label there hangs on the target's)
+        assert view.reference_available[r, rows.sample[mine]].all()
         # the features are those of the shadow view, where the shadow is the target
         expected, _ = rapid_features(view.as_shadow(r))
         np.testing.assert_array_equal(rows.features[mine], expected[rows.sample[mine]])
@@ -131,6 +133,7 @@ def test_held_out_rows_are_public_balanced_and_never_trained_on(digits_bank):
         np.testing.assert_array_equal(
             held.labels[mine], view.reference_membership[r, held.sample[mine]]
         )
+        assert view.reference_available[r, held.sample[mine]].all()
         expected, _ = rapid_features(view.as_shadow(r))
         np.testing.assert_array_equal(held.features[mine], expected[held.sample[mine]])
         trained = set(train.sample[train.shadow == r])

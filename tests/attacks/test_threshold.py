@@ -65,11 +65,20 @@ def test_target_out_of_range(digits_bank):
         TargetView.of(digits_bank, 99)
 
 
-def test_view_hides_target_membership(digits_bank):
+def test_view_hides_target_membership(digits_bank, redrawn_target):
     view = TargetView.of(digits_bank, 2)
     assert view.reference_membership.shape == (7, digits_bank.n_samples)
+    # the references' membership as it is, but where the view set one aside
     np.testing.assert_array_equal(
-        view.reference_membership, np.delete(digits_bank.membership, 2, axis=0)
+        view.reference_membership,
+        np.delete(digits_bank.membership, 2, axis=0) & view.reference_available,
     )
+    # two banks that differ only in the target's membership (neither balanced, so nothing is
+    # set aside) give views that know the same: the references' membership, whole
+    one, two = (TargetView.of(redrawn_target(digits_bank, 2, seed), 2) for seed in (0, 1))
+    for seen in (one, two):
+        assert seen.reference_available.all()
+        np.testing.assert_array_equal(seen.reference_membership,
+                                      np.delete(digits_bank.membership, 2, axis=0))
     shadow = view.as_shadow(0)
     assert 2 not in shadow.reference_ids and shadow.target == view.reference_ids[0]

@@ -335,3 +335,28 @@ def test_a_base_model_needs_a_causal_lm(hf_user, tmp_path, capsys):
                  "--out", str(tmp_path / "run"), "--quiet"]) == 2
     assert "model.base_model (the pretrained model a causal LM was fine-tuned from) needs " \
            "model.hf_model" in capsys.readouterr().err
+
+
+def test_a_base_model_audited_as_its_own_fine_tune_finds_nothing(hf_user, tmp_path):
+    """The language-model entry point under the null (tests/null): the "fine-tuned" target is
+    the pretrained base itself, so nothing it outputs is about its "members"; every attack is
+    at chance, the verdict says no leak, no ε is certified, and the base-reference scores
+    (the target against itself) are zero."""
+    result = miaudit.audit(
+        str(hf_user["lm_pretrained"]), str(hf_user["csv"]), members=hf_user["members"],
+        nonmembers=hf_user["nonmembers"], public_rows=hf_user["public"], references=0,
+        base_model=hf_user["lm_pretrained"], max_length=24, out=tmp_path / "lm",
+        text_column="text", label_column="label", progress=False,
+        cache_dir=str(tmp_path / "cache"),
+        attacks=["lm-loss", "zlib", "min-k", "min-k-plus-plus", "lm-base-reference", "recall"],
+    )
+    from miaudit.verdict.strength import assess
+
+    assert assess(result).measured not in ("exposed", "average-case")
+    assert result.meta["verdict"].level not in ("exposed", "average-case")
+    best = result.meta["privacy_audit"].best
+    assert best is None or best.bound.epsilon == 0
+    # the target against itself: zero, but for float32 rounding between two batchings
+    assert np.abs(result.outcome("lm-base-reference").scores).max() < 1e-5
+    for outcome in result.outcomes:  # 32 members and 32 non-members: |z| < 4.9
+        assert abs(outcome.metrics.auc - 0.5) < 4.9 * np.sqrt(65 / (12 * 32 * 32)), outcome.name

@@ -28,7 +28,7 @@ FIGURE_KEYS = ["fpr", "tpr", "tpr_ci", "times_chance", "n_members", "n_nonmember
                "expected_false_positives", "indicative"]
 HEADLINE_KEYS = ["level", "label", "line", "attack", "fpr", "tpr", "tpr_ci", "times_chance",
                  "expected_false_positives", "n_nonmembers", "indicative", "auc_attack",
-                 "reasons", "shift"]
+                 "reasons", "shift", "p_value", "correction"]
 RELEASE_KEYS = ["level", "attack", "fpr", "figures", "auc", "headline", "paragraphs",
                 "caveats", "input_mismatch", "reasons", "shift"]
 

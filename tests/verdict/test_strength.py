@@ -4,6 +4,7 @@ on results whose metrics are set by hand (so the expected order is known)."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import re
 
 import numpy as np
@@ -144,7 +145,8 @@ def test_verdict_line_average_case_names_the_auc_attack() -> None:
     verdict = short_verdict(weak)
     assert verdict.level == "average-case" and verdict.auc_attack == "d"
     assert "But d ranks members above non-members on average: AUC 0.990 (90% CI 0.970 to " \
-           "0.995; 0.5 is guessing)." in verdict.line
+           "0.995; 0.5 is guessing; p < 0.0001 corrected for choosing among 4 attacks: 8 " \
+           "tests, Bonferroni, family-wise α 0.1)." in verdict.line
 
 
 def test_verdict_line_without_attacks() -> None:
@@ -161,7 +163,7 @@ def test_verdict_is_first_line_of_terminal_and_html_body() -> None:
     body = page.split("<body>\n", 1)[1]
     first = body.splitlines()[0]
     assert first.startswith('<p class="verdict bad">') and "far above chance" in first
-    assert re.sub(r"<[^>]+>", "", first).replace("&#x27;", "'") == line
+    assert html.unescape(re.sub(r"<[^>]+>", "", first)) == line
 
 
 def test_html_table_sorted_with_the_strongest_row_marked() -> None:
@@ -247,13 +249,29 @@ def test_no_measurable_leak_needs_a_trained_target_and_enough_nonmembers() -> No
     assert "Indicative only" not in verdict.line  # said once, as the reason
 
 
-def test_an_exposed_or_average_case_level_stands_whatever_the_fit() -> None:
+def test_an_exposed_level_stands_with_mismatched_inputs() -> None:
     exposed = _result(n0=2000)
     exposed.meta["checks"] = {"input_mismatch": "inputs look mismatched",
-                              "target_fit": {"train_accuracy": 0.1, "chance": 0.1,
-                                             "floor": 0.19, "near_chance": True,
+                              "target_fit": {"train_accuracy": 0.9, "chance": 0.1,
+                                             "floor": 0.19, "near_chance": False,
                                              "n_members": 2000}}
     assert short_verdict(exposed).level == "exposed"  # a leak found is a leak
+
+
+@pytest.mark.parametrize("level", ["exposed", "average-case"])
+def test_a_leak_found_in_an_untrained_target_is_an_artefact(level) -> None:
+    """A target near chance on its own training rows cannot leak what an attack measures:
+    the verdict says inconclusive, and why, whatever the attacks score."""
+    result = _result(n0=2000, ci_low=0.5 if level == "exposed" else 0.01)
+    if level == "average-case":
+        _set_auc_ci(result, (0.97, 0.995), "d")
+    fit = {"train_accuracy": 0.1, "chance": 0.11, "floor": 0.2, "near_chance": True,
+           "n_members": 2000}
+    result.meta["checks"] = {"target_fit": fit}
+    verdict = short_verdict(result)
+    assert verdict.level == "inconclusive"
+    assert [r.code for r in verdict.reasons] == ["untrained-target"]
+    assert "sign of an artefact" in verdict.line and "learnt (almost) nothing" in verdict.line
 
 
 def test_a_model_free_attack_is_never_the_strongest() -> None:

@@ -19,11 +19,14 @@ population std (ddof 0), std floored at `SIGMA_FLOOR` (docs/algorithms.md §5).
 
 Equal counts (parameter `equal_counts`, default True, as in the reference code, which keeps
 `x[:in_size]` with `in_size = min(map(len, dat_in))`): on each side every sample uses its first
-k references in bank order, k the smallest non-zero per-sample count on that side. Without it,
-leaving the target out of a balanced bank gives a target member one IN reference fewer and one
-OUT reference more than a non-member, and the per-sample std, fitted to 3 vs 4 values, differs
-by the target's membership: on the digits test bank (8 models) `lira-online` then scores AUC
-0.43-0.48 on every target, below chance, against 0.51-0.59 with equal counts.
+k references in bank order, k the smallest non-zero per-sample count on that side. The
+reference code needs it because leaving the target out of a balanced bank gives a target
+member one IN reference fewer and one OUT reference more than a non-member (the per-sample
+std, fitted to 3 vs 4 values, then differs by the target's membership: AUC 0.45-0.50 on every
+target of the digits test bank, below chance). Here the view already sets one reference per
+sample aside so that every audit sample has the same counts and the references say nothing of
+the target's membership (docs/algorithms.md §11), so in a balanced bank this rule changes
+nothing; it still equalises the counts of an independent design.
 
 Differences from the reference code: mu is the mean, by contract (the code uses the median);
 the fixed variance is the pooled within-sample variance (the code's `np.std(dat_in)` is taken

@@ -83,6 +83,10 @@ class Needs:
                 f"needs at least {self.shadows} shadow/reference models with known membership; "
                 f"the bank has {view.n_references}."
             )
+        elif self.shadows:
+            problem = _shadow_problem(view, bool(self.out_references))
+            if problem:
+                problems.append(problem)
         if self.sequence and not view.has_sequences:
             problems.append(
                 "needs the sequence signals of a causal language model (seq_token_logprob "
@@ -124,6 +128,35 @@ class Needs:
             raise AttackError(f"attack '{attack}' cannot run: " + " ".join(problems))
 
 
+def _shadow_problem(view: TargetView, with_references: bool) -> str | None:
+    """Why no reference can serve as a shadow to learn a scorer from (None when one can):
+    it needs members and non-members among the samples available to the view, outside the
+    population, and with ``with_references`` (features calibrated by the shadow's own
+    references) an OUT reference of its own on some of them."""
+    usable = ~view.population
+    learnable = False
+    for r in range(view.n_references):
+        rows = usable & view.reference_available[r]
+        known = view.reference_membership[r][rows]
+        if not known.any() or known.all():
+            continue
+        learnable = True
+        if not with_references or (view.as_shadow(r).side_counts()[1][rows] > 0).any():
+            return None
+    balanced = (" In a balanced design (online, paired-halves) every view sets one reference "
+                "per sample aside so that the references say nothing of the target's "
+                "membership (docs/algorithms.md §11): with 3 models no reference is left a "
+                "member, with 4 no shadow keeps a reference of its own. Train at least 5 "
+                "models (more for a useful scorer), or use the offline design."
+                if view.set_aside.any() else "")
+    if not learnable:
+        return ("trains its scorer on shadow models, and no reference has both members and "
+                "non-members among the samples it may learn from." + balanced)
+    return ("trains its scorer on shadow models whose features need references of their "
+            "own, and no shadow has a reference OUT for any sample it could learn from." +
+            balanced)
+
+
 def augmented_queries_problem(needed: int, n_queries: int) -> str:
     """Why an attack needing ``needed`` augmented queries cannot run on a bank of
     ``n_queries`` (for `Needs.check` and `miaudit audit`'s skip reasons)."""
@@ -163,6 +196,14 @@ class AttackSpec:
                 return float(view.target_channel(recorded)[view.audit].mean())
             return 1.0
         return 1.0 if self.first_query_only else float(view.n_queries)
+
+    @property
+    def null_checked(self) -> bool:
+        """Whether the suite's null calibration covers this attack (tests/null: every design
+        structure and data kind it runs on, a target with nothing to find): every attack
+        miaudit registers does; one registered elsewhere (a plugin) does not, and the verdict
+        shows its figures without resting a leak on them."""
+        return self.fn.__module__.startswith("miaudit.")
 
     @property
     def defaults(self) -> dict[str, Any]:

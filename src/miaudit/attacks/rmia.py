@@ -124,9 +124,8 @@ def _tempered(view: TargetView, temperature: float) -> tuple[np.ndarray, SideMea
     references = np.stack([model_probs(view.reference_logits(r))
                            for r in range(view.n_references)]) if view.n_references else (
         np.empty((0, view.n_samples)))
-    members = view.reference_membership
-    means = [mean_over_out(references, mask)
-             for mask in (members, view.out_mask(), np.ones_like(members))]
+    means = [mean_over_out(references, mask) for mask in
+             (view.reference_membership, view.out_mask(), view.reference_available)]
     for array in (target, *means):
         array.flags.writeable = False
     return target, SideMeans(*means)

@@ -4,10 +4,13 @@ Shokri et al. (S&P 2017) and RAPID (He et al., CCS 2024) train an attack model o
 whose membership the attacker knows. In a bank, every reference model can play shadow: reference
 r becomes a shadow target through `TargetView.as_shadow(r)` (leave-one-out: its features are
 computed against the *other* references, and the evaluated target is excluded entirely), and its
-labels are `view.reference_membership[r]`. Nothing here reads the evaluated target's scores to
-choose anything: the standardisation is fitted on shadow training rows only, and the epoch
-(early stopping) and the public-data threshold are chosen on HELD-OUT shadow rows, which lie on
-public samples only (not audited, not population, not canaries) and were never trained on.
+labels are `view.reference_membership[r]` on the samples where r is available to the view
+(`reference_available[r]`: elsewhere it was set aside, and its label there would say something
+about the target's membership; docs/algorithms.md §11). Nothing here reads the evaluated
+target's scores to choose anything: the standardisation is fitted on shadow training rows
+only, and the epoch (early stopping) and the public-data threshold are chosen on HELD-OUT
+shadow rows, which lie on public samples only (not audited, not population, not canaries) and
+were never trained on.
 
 A featurizer maps a view to `(features [N, F], scorable [N])`: the features its target model
 yields for every bank sample, and where they are defined (e.g. RAPID needs an OUT reference).
@@ -99,7 +102,7 @@ def build_shadow_split(
     for r in shadows:
         features, scorable = featurize(view.as_shadow(int(r)))
         membership = view.reference_membership[r]
-        usable = scorable & ~view.population
+        usable = scorable & ~view.population & view.reference_available[r]
         if holdout > 0:
             sides = [np.flatnonzero(usable & public & side) for side in (membership, ~membership)]
             k = min(int(holdout * min(a.size for a in sides)), held_quota // 2)
@@ -157,9 +160,10 @@ def build_shadow_set(
     """Featurize every shadow view and pool its rows, balanced and capped.
 
     Rows of shadow r: non-population samples the featurizer can score on `view.as_shadow(r)`,
-    labelled by `view.reference_membership[r]`. Each shadow is balanced by subsampling its larger
-    class (seeded), then contributes at most ceil(max_train_samples / n_shadows) rows (half
-    members), so memory stays bounded and each shadow weighs the same.
+    labelled by `view.reference_membership[r]` (where r is available to the view). Each shadow
+    is balanced by subsampling its larger class (seeded), then contributes at most
+    ceil(max_train_samples / n_shadows) rows (half members), so memory stays bounded and each
+    shadow weighs the same.
     """
     return build_shadow_split(view, featurize, n_shadows=n_shadows,
                               max_train_samples=max_train_samples, seed=seed,

@@ -3,6 +3,9 @@ reference means every calibrated attack starts from (`side_means`).
 
 `TargetView` exposes everything in the bank except the target's membership, so no attack can
 peek at the answer; `as_shadow` turns a reference into the target for shadow-trained scorers.
+Neither may the references' membership betray the target's: in a balanced design a view sets
+one reference aside per sample (:mod:`miaudit.attacks.independence`), so that what an attack
+sees of the references is independent of the target's membership, in every view.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from miaudit.attacks.independence import Pools, fingerprints, set_aside
 from miaudit.errors import AttackError
 from miaudit.signals.bank import SignalBank
 from miaudit.signals.statistics import sample_blocks
@@ -23,26 +27,36 @@ class TargetView:
 
     Reference models are every other model, in bank order; `reference_ids[r]` is the bank
     index of reference r. Build one with `TargetView.of(bank, target)`.
+
+    `reference_available[r, n]` says whether reference r may be used for sample n: False where
+    the view set it aside so that the references' membership says nothing about the target's
+    (:mod:`miaudit.attacks.independence`); `reference_membership` is False there too, so it
+    is the IN mask as it stands and `out_mask()` the OUT one. `set_aside` bool [N]: the
+    samples where a reference was set aside.
     """
 
-    def __init__(
-        self,
-        bank: SignalBank,
-        target: int,
-        reference_ids: np.ndarray,
-        reference_membership: np.ndarray,
-    ) -> None:
+    def __init__(self, bank: SignalBank, target: int, reference_ids: np.ndarray) -> None:
         self.target = int(target)
-        self.reference_ids = reference_ids
-        # A read-only copy: the view holds no reference to the full membership matrix, and
-        # what `memo` keeps stays valid.
-        self.reference_membership = _frozen(reference_membership.copy())
+        self.reference_ids = np.asarray(reference_ids, dtype=int)
+        self.canary = (np.zeros(bank.n_samples, dtype=bool) if bank.canary is None
+                       else bank.canary)
+        membership = np.asarray(bank.membership, dtype=bool)
+        self._pools = Pools.of(membership, bank.audit, bank.population, self.canary)
+        self._seed: tuple[int, ...] = (self.target,)
+        self._sample_keys = fingerprints(bank.logits, bank.labels, self.target)
+        available, self.set_aside = set_aside(
+            membership, np.ones(membership.shape, dtype=bool), self.target, self._pools,
+            self._sample_keys, self._seed)
+        available[self.target] = False  # the target is nobody's reference
+        # What the view knows of every model's membership, the target's and the set-aside
+        # entries hidden: the view holds no reference to the full matrix.
+        self._available = _frozen(available)
+        self._known = _frozen(membership & available)
+        self.reference_membership = _frozen(self._known[self.reference_ids])
+        self.reference_available = _frozen(self._available[self.reference_ids])
         self.labels = bank.labels
         self.population = bank.population
         self.audit = bank.audit
-        # one-run auditing's canaries (the auditor's rows, not the attacker's public data)
-        self.canary = (np.zeros(bank.n_samples, dtype=bool) if bank.canary is None
-                       else bank.canary)
         self.n_samples = bank.n_samples
         self.n_queries = bank.n_queries
         self.n_classes = bank.n_classes
@@ -73,7 +87,7 @@ class TargetView:
                 f"(0..{bank.n_models - 1})."
             )
         ids = np.array([m for m in range(bank.n_models) if m != target], dtype=int)
-        return cls(bank, target, ids, bank.membership[ids])
+        return cls(bank, target, ids)
 
     @property
     def n_references(self) -> int:
@@ -185,15 +199,18 @@ class TargetView:
         return array
 
     def out_mask(self) -> np.ndarray:
-        """bool [R, N], read-only: reference r did not train on sample n."""
-        return self.memo("out_mask", lambda: _frozen(~self.reference_membership))
+        """bool [R, N], read-only: reference r did not train on sample n (and was not set
+        aside for it)."""
+        return self.memo("out_mask", lambda: _frozen(self.reference_available
+                                                     & ~self.reference_membership))
 
     def side_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(IN, OUT) reference counts per sample, int [N] each, read-only."""
 
         def count() -> tuple[np.ndarray, np.ndarray]:
             n_in = self.reference_membership.sum(axis=0, dtype=np.int64)
-            return _frozen(n_in), _frozen(self.n_references - n_in)
+            n_out = self.out_mask().sum(axis=0, dtype=np.int64)
+            return _frozen(n_in), _frozen(n_out)
 
         return self.memo("side_counts", count)
 
@@ -202,14 +219,24 @@ class TargetView:
 
         For leave-one-out shadow work: the new view excludes the original target entirely.
         The shadow's own membership, which the attacker legitimately knows, is
-        `self.reference_membership[r]`.
+        `self.reference_membership[r]` where `self.reference_available[r]` (elsewhere it was
+        set aside: its rows there must not be used). The shadow view sets references aside
+        by the same rule as every view, with the shadow as the target.
         """
         keep = np.array([i for i in range(self.n_references) if i != r], dtype=int)
+        bank_id = int(self.reference_ids[r])
         shadow = TargetView.__new__(TargetView)
         shadow.__dict__.update(self.__dict__)
-        shadow.target = int(self.reference_ids[r])
+        shadow.target = bank_id
+        shadow._seed = (*self._seed, bank_id)
+        available, shadow.set_aside = set_aside(self._known, self._available, bank_id,
+                                                self._pools, self._sample_keys, shadow._seed)
+        available[bank_id] = False
+        shadow._available = _frozen(available)
+        shadow._known = _frozen(self._known & available)
         shadow.reference_ids = self.reference_ids[keep]
-        shadow.reference_membership = _frozen(self.reference_membership[keep])
+        shadow.reference_membership = _frozen(shadow._known[shadow.reference_ids])
+        shadow.reference_available = _frozen(available[shadow.reference_ids])
         shadow._memo = {}  # nothing computed for this view holds for the shadow's
         return shadow
 
@@ -249,8 +276,7 @@ def side_means(view: TargetView, name: str) -> SideMeans:
     shared by every attack on this view (calibration, RMIA)."""
 
     def compute() -> SideMeans:
-        members = view.reference_membership
-        masks = (members, view.out_mask(), np.ones_like(members))
+        masks = (view.reference_membership, view.out_mask(), view.reference_available)
         return SideMeans(*(_frozen(m) for m in masked_query_means(view, name, masks)))
 
     return view.memo(("side_means", name), compute)

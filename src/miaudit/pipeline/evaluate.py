@@ -14,6 +14,7 @@ from miaudit.attacks import TargetView, get_attack, run_attack
 from miaudit.attacks.registry import AttackRun, ThresholdRows, check_attack_params
 from miaudit.config import CanariesConfig, MetricsConfig
 from miaudit.errors import AttackError
+from miaudit.pipeline.design_check import design_check
 from miaudit.pipeline.split_check import split_shifted
 from miaudit.privacy.attack_bounds import MODEL_FREE_REASON, EpsilonPlan
 from miaudit.privacy.best_bound import privacy_audit
@@ -103,9 +104,9 @@ def public_threshold(name: str, view: TargetView, params: dict[str, Any]) -> flo
     non-canary samples is returned. None when no reference has such samples or the attack
     cannot run on the smaller reference set.
     """
-    public = view.public
     for r in range(view.n_references):
-        known = view.reference_membership[r][public]
+        public = view.public & view.reference_available[r]  # r's rows that say nothing of
+        known = view.reference_membership[r][public]       # the target's membership
         if known.all() or not known.any():
             continue
         shadow = view.as_shadow(r)
@@ -179,7 +180,8 @@ def evaluate_bank(
 
     `meta["checks"]`: ``split`` (``split_check``, the record of
     :func:`miaudit.pipeline.split_check.split_check` the caller ran on the audit rows, or
-    None) and ``target_fit`` (:func:`target_fit`), which the verdict reads; a split that
+    None), ``target_fit`` (:func:`target_fit`) and ``design``
+    (:func:`miaudit.pipeline.design_check.design_check`), which the verdict reads; a split that
     some model-free measurement tells apart withholds any refutation of the claim.
     """
     metric_cfg = metric_cfg or MetricsConfig()
@@ -217,7 +219,8 @@ def evaluate_bank(
         indices=np.nonzero(bank.audit)[0], members=members, outcomes=outcomes,
         meta={"target": target, "models": model_accuracies(bank), "skipped": skipped,
               "privacy_audit": privacy_audit(outcomes, settings),
-              "checks": {"split": split_check, "target_fit": target_fit(bank, target)}},
+              "checks": {"split": split_check, "target_fit": target_fit(bank, target),
+                         "design": design_check(view, members)}},
     )
 
 

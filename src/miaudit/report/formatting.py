@@ -28,6 +28,11 @@ def pct(value: float | None) -> str:
     return text if text == "-" else text + "%"
 
 
+def p_words(p: float) -> str:
+    """A p-value as the reports write it after 'p': '< 0.0001' or '= 0.032'."""
+    return "< 0.0001" if p < 1e-4 else f"= {p:.2g}"
+
+
 def pct_ci(value: float | None, ci: Any) -> str:
     """A rate with its interval, as every table writes a TPR: '4.8% [4.1, 5.2]'; '-' when
     missing, no brackets without an interval."""

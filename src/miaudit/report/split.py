@@ -9,7 +9,7 @@ from typing import Any
 
 from miaudit.pipeline.split_check import SHIFT_P_VALUE, auc_p_value, is_model_free
 from miaudit.records.outcomes import AuditResult
-from miaudit.report.formatting import fmt_auc
+from miaudit.report.formatting import fmt_auc, p_words
 from miaudit.verdict.strength import checks_of, confidence_of
 
 
@@ -18,7 +18,7 @@ def _p(p: float | None) -> str:
         return "no test"
     if p > 0.99:  # a one-sided test of an AUC at or below 0.5
         return "p > 0.99"
-    return "p < 0.0001" if p < 1e-4 else f"p = {p:.2g}"
+    return "p " + p_words(p)
 
 
 def _halves(split: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from miaudit.records.outcomes import AuditResult
-from miaudit.report.formatting import ci_words, fmt_auc, pct, rate
+from miaudit.report.formatting import ci_words, fmt_auc, p_words, pct, rate
 from miaudit.verdict.records import HeadlineVerdict, Reason
 from miaudit.verdict.strength import INCONCLUSIVE, MIN_EXPECTED_FP, assess, confidence_of
 
@@ -53,13 +53,17 @@ def short_verdict(result: AuditResult) -> HeadlineVerdict:
     support = (f"rests on {main.expected_false_positives:g} expected false positives among "
                f"{n0:,} non-members")
     label = _LABELS[found.degree if level == "exposed" and found.degree else level]
-    if level == "exposed":
+    tested = ""
+    if found.p_value is not None and found.correction:
+        tested = f"p {p_words(found.p_value)} {found.correction}"
+    if found.measured == "exposed":
         detail = (f"The strongest attack, {best}, picks out {pct(tpr)} of members at "
                   f"{rate(fpr)} FPR ({_ci(main.tpr_ci, conf)}), "
-                  f"{main.times_chance:.1f}× chance.")
+                  f"{main.times_chance:.1f}× chance" + (f" ({tested})." if tested else "."))
     else:
         detail = (f"The strongest attack at {rate(fpr)} FPR, {best}, picks out {pct(tpr)} of "
-                  f"members ({_ci(main.tpr_ci, conf)}) where guessing gets {rate(fpr)}.")
+                  f"members ({_ci(main.tpr_ci, conf)}) where guessing gets {rate(fpr)}"
+                  + (f" ({tested})." if tested and found.measured != "average-case" else "."))
     if any(r.code == "few-nonmembers" for r in found.reasons):
         pass  # the reasons say it, with the fix
     elif main.indicative:  # say so up front: the figure rests on a handful of samples
@@ -72,7 +76,11 @@ def short_verdict(result: AuditResult) -> HeadlineVerdict:
         auc_ci = top.metrics.auc_ci
         detail += (f" But {top.name} ranks members above non-members on average: AUC "
                    f"{fmt_auc(top.metrics.auc)} ({_ci(auc_ci, conf, fmt_auc)}; "
-                   "0.5 is guessing).")
+                   f"0.5 is guessing{'; ' + tested if tested else ''}).")
+    if found.unchecked:
+        names = ", ".join(found.unchecked)
+        detail += (f" Not relied on: {names} (registered outside miaudit, so no null "
+                   "calibration covers it; its figures are in the table).")
     if level == INCONCLUSIVE:  # why first: the figures after it are not a verdict
         detail = reasons_sentence(found.reasons) + " " + detail
     return HeadlineVerdict(
@@ -80,7 +88,7 @@ def short_verdict(result: AuditResult) -> HeadlineVerdict:
         tpr=tpr, tpr_ci=main.tpr_ci, times_chance=main.times_chance,
         expected_false_positives=main.expected_false_positives, n_nonmembers=n0,
         indicative=main.indicative, auc_attack=found.auc_attack, reasons=found.reasons,
-        shift=found.shift)
+        shift=found.shift, p_value=found.p_value, correction=found.correction)
 
 
 def verdict_line(result: AuditResult) -> str:

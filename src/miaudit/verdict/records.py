@@ -89,7 +89,10 @@ class Assessment:
     ranked at, its figure there (``main``) and at every FPR it reports (``figures``), the
     ``degree`` of an exposed level (far / well / slightly), the highest-AUC attack of an
     average-case level (``auc_attack``), the level before the checks (``measured``), why the
-    level is inconclusive (``reasons``) and the model-free comparison (``shift``). Level
+    level is inconclusive (``reasons``), the model-free comparison (``shift``), the level's
+    corrected p-value and how it was corrected (``p_value``, ``correction``:
+    :mod:`miaudit.verdict.significance`) and the attacks the null calibration does not cover
+    (``unchecked``). Level
     ``none``: no attack on the model reported a TPR (``attack``, ``key``, ``main`` None)."""
 
     level: str
@@ -102,13 +105,18 @@ class Assessment:
     measured: str = "none"
     reasons: tuple[Reason, ...] = ()
     shift: ShiftComparison | None = None
+    p_value: float | None = None  # the level's figure under the null, corrected (Bonferroni)
+    correction: str | None = None  # how: "corrected for choosing among 9 attacks (...)"
+    unchecked: tuple[str, ...] = ()  # attacks on the model the null calibration does not cover
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "attack": self.attack, "key": self.key,
                 "main": None if self.main is None else self.main.to_dict(),
                 "figures": [f.to_dict() for f in self.figures], "degree": self.degree,
                 "auc_attack": self.auc_attack, "measured": self.measured,
-                "shift": _shift(self.shift), "reasons": _reasons(self.reasons)}
+                "shift": _shift(self.shift), "reasons": _reasons(self.reasons),
+                "p_value": self.p_value, "correction": self.correction,
+                "unchecked": list(self.unchecked)}
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,8 @@ class HeadlineVerdict:
     auc_attack: str | None = None
     reasons: tuple[Reason, ...] = ()
     shift: ShiftComparison | None = None
+    p_value: float | None = None  # the level's test, corrected (Assessment.p_value)
+    correction: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """summary.json's ``verdict`` (a run's; `miaudit audit` adds its release statement):
@@ -144,7 +154,8 @@ class HeadlineVerdict:
                 "expected_false_positives": self.expected_false_positives,
                 "n_nonmembers": self.n_nonmembers, "indicative": self.indicative,
                 "auc_attack": self.auc_attack, "reasons": _reasons(self.reasons),
-                "shift": _shift(self.shift)}
+                "shift": _shift(self.shift), "p_value": self.p_value,
+                "correction": self.correction}
 
 
 @dataclass(frozen=True)

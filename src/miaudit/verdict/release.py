@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from miaudit.records.outcomes import AttackOutcome, AuditResult
-from miaudit.report.formatting import ci_words, fmt_auc, plural
+from miaudit.report.formatting import ci_words, fmt_auc, p_words, plural
 from miaudit.report.formatting import pct as _pct
 from miaudit.report.formatting import rate as _rate
 from miaudit.verdict.headline import reasons_sentence
@@ -118,6 +118,10 @@ def _headline(result: AuditResult, found: Assessment, best: AttackOutcome,
                 f"non-members with AUC {fmt_auc(top.metrics.auc)} "
                 f"({ci_words(auc_ci, f'{confidence}% CI', fmt_auc)}; 0.5 is guessing)."
             )
+    if found.correction and found.p_value is not None and level != INCONCLUSIVE:
+        passes = "passes" if level in ("exposed", "average-case") else "does not pass"
+        headline += (f" The figure {passes} the verdict's test: p {p_words(found.p_value)} "
+                     f"{found.correction}.")
     if not ci:
         headline += (" Without a confidence interval (metrics.bootstrap: 0) this is a point "
                      "estimate only.")

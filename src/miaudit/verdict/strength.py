@@ -6,23 +6,34 @@ same attack at the same FPR.
 
 The *headline FPR* is the smallest reported FPR at which at least ten false positives are
 expected among the non-members, else the largest reported (the best-supported one), so the
-ranking never rests on a handful of samples. A leak is *measurable* when the bootstrap
-interval of the strongest attack's TPR there lies above the FPR (what guessing achieves).
+ranking never rests on a handful of samples. A leak is *measurable* when the strongest
+attack's TPR there passes the verdict's own test, corrected for having chosen it among every
+attack run (:mod:`miaudit.verdict.significance`: exact null p-values, Bonferroni over two
+figures per attack, family-wise α = 1 - the run's confidence), and its bootstrap interval lies
+above the FPR (what guessing achieves). The same holds for the average-case level and the AUC.
+Only attacks whose null calibration the suite covers (:attr:`AttackSpec.null_checked`) can
+carry a leak; others are shown, not relied on.
 
 Model-free attacks (``blind``: they read no model) are never the strongest attack: they
 measure the split, not the model. The verdict is *inconclusive* where the audit cannot
 support "no measurable leak" (:func:`inconclusive_reasons`): a split told apart without the
 model, inputs that look mismatched, a target near chance on its own training rows, too few
-non-members for the figure shown (docs/algorithms.md §13).
+non-members for the figure shown (docs/algorithms.md §13); nor can it support a leak found by
+a target that learnt nothing (an artefact, not a leak) or in a design whose references say
+something about the target's membership (the design check, §11).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from miaudit.attacks.registry import list_attacks
+from miaudit.metrics import auc_null_p_value, tpr_null_p_value
 from miaudit.pipeline.split_check import is_model_free, model_free_evidence
 from miaudit.records.outcomes import AttackOutcome, AuditResult, rate_key
+from miaudit.report.formatting import p_words
 from miaudit.verdict.records import Assessment, Figure, Reason, ShiftComparison
+from miaudit.verdict.significance import Correction
 
 MIN_EXPECTED_FP = 10
 INCONCLUSIVE = "inconclusive"
@@ -44,8 +55,25 @@ def checks_of(result: AuditResult) -> dict[str, Any]:
 
 
 def model_based(result: AuditResult) -> list[AttackOutcome]:
-    """The outcomes of attacks that read a model: the candidates for the strongest."""
-    return [o for o in result.outcomes if not is_model_free(o)]
+    """The outcomes of attacks that read a model and whose null calibration the suite covers
+    (every attack miaudit registers; a name no registry knows here, e.g. read back from a
+    file, counts as covered): the candidates for the strongest."""
+    plugins = {spec.name for spec in list_attacks() if not spec.null_checked}
+    return [o for o in result.outcomes if not is_model_free(o) and o.name not in plugins]
+
+
+def unchecked(result: AuditResult) -> list[str]:
+    """Attacks on the model that the suite's null calibration does not cover (registered
+    outside miaudit): shown in the table, never the verdict's."""
+    candidates = {o.name for o in model_based(result)}
+    return [o.name for o in result.outcomes
+            if not is_model_free(o) and o.name not in candidates]
+
+
+def correction_of(result: AuditResult) -> Correction:
+    """The verdict's family: two figures per candidate attack, at α = 1 - confidence."""
+    return Correction(alpha=1.0 - (confidence_of(result) or 0.95),
+                      attacks=max(1, len(model_based(result))))
 
 
 def fpr_keys(result: AuditResult) -> list[str]:
@@ -127,24 +155,31 @@ def assess(result: AuditResult) -> Assessment:
     reported = best.metrics.fprs
     figures = tuple(figure_at(best, k) for k in fpr_keys(result) if float(k) in reported)
     main = next(f for f in figures if f.fpr == float(key))
+    correction = correction_of(result)
+    p_value = correction.adjusted(tpr_null_p_value(main.tpr, main.n_members or 0,
+                                              main.n_nonmembers or 0, main.fpr))
     ci = main.tpr_ci
-    measurable = ci[0] > main.fpr if ci else main.tpr > main.fpr
+    above = ci[0] > main.fpr if ci else main.tpr > main.fpr
+    measurable = above and p_value < correction.alpha
     level, degree, auc_attack = ("exposed" if measurable else "not measured"), None, None
     if measurable:
         ratio = main.times_chance
         degree = "far" if ratio >= 10 else "well" if ratio >= 3 else "slightly"
     else:
-        # An average-case signal (AUC interval above 0.5) is a leak too, if not yet a
-        # confident one: never let a low-FPR null hide it.
+        # An average-case signal (AUC interval above 0.5, and its corrected test) is a leak
+        # too, if not yet a confident one: never let a low-FPR null hide it.
         top = max(model_based(result), key=lambda o: o.metrics.auc or 0.0)
-        auc_ci = top.metrics.auc_ci
-        if auc_ci and auc_ci[0] > 0.5:
-            level, auc_attack = "average-case", top.name
+        met = top.metrics
+        auc_p = correction.adjusted(auc_null_p_value(met.auc or 0.5, met.n_members or 0,
+                                                met.n_nonmembers or 0))
+        if met.auc_ci and met.auc_ci[0] > 0.5 and auc_p < correction.alpha:
+            level, auc_attack, p_value = "average-case", top.name, auc_p
     shift = shift_comparison(result, best, main)
     reasons = inconclusive_reasons(result, level, main, shift)
     return Assessment(level=INCONCLUSIVE if reasons else level, attack=best.name, key=key,
                       main=main, figures=figures, degree=degree, auc_attack=auc_attack,
-                      measured=level, reasons=reasons, shift=shift)
+                      measured=level, reasons=reasons, shift=shift, p_value=p_value,
+                      correction=correction.words(), unchecked=tuple(unchecked(result)))
 
 
 def shift_comparison(result: AuditResult, best: AttackOutcome, main: Figure
@@ -204,7 +239,7 @@ def inconclusive_reasons(result: AuditResult, measured: str, main: Figure,
         reasons.append(Reason(
             code="shifted-split",
             text=(f"{shift.source} tells members from non-members without the model "
-                  f"(AUC {shift.auc:.3f}, p {'< 0.0001' if p < 1e-4 else f'= {p:.2g}'}"
+                  f"(AUC {shift.auc:.3f}, p {p_words(p)}"
                   "), so they differ as data and the attack figures mix any leak with that "
                   "difference" + beyond),
             fix=("audit with non-members drawn from the same distribution as the members "
@@ -212,14 +247,39 @@ def inconclusive_reasons(result: AuditResult, measured: str, main: Figure,
                  "trained on, ideally a random split of one pool); no DP claim is refuted "
                  "on a shifted split"),
         ))
+    checks = checks_of(result)
+    design = checks.get("design")
+    if design and design.get("dependent"):
+        reasons.append(Reason(
+            code="design-dependent",
+            text=(f"the references' membership, as the attacks see it, tells the target's "
+                  f"members from its non-members ({design.get('statistic')}: p "
+                  f"{p_words(float(design.get('p_value', 0.0)))}, corrected over the "
+                  "references), so an attack can read membership off the design without "
+                  "querying the target"),
+            fix=("draw the target's membership independently of the references' (a miaudit "
+                 "design, or a balanced bank whose every sample is IN for the same number "
+                 "of models, which the views undo; docs/algorithms.md §11)"),
+        ))
+    fit = checks.get("target_fit")
+    if measured in ("exposed", "average-case") and fit and fit.get("near_chance"):
+        reasons.append(Reason(
+            code="untrained-target",
+            text=(f"the target is {_pct(fit['train_accuracy'])} accurate on its own "
+                  f"{fit['n_members']:,} training rows, where always guessing the majority "
+                  f"class gets {_pct(fit['chance'])}: a model that learnt (almost) nothing "
+                  "cannot leak what the attacks measure, so the figure is the sign of an "
+                  "artefact (in the design, the split or the inputs), not a leak"),
+            fix=("check how the members and non-members were drawn and what the model was "
+                 "fed; audit the trained model, on the rows it trained on, fed as in "
+                 "training"),
+        ))
     if measured != "not measured":
         return tuple(reasons)
-    checks = checks_of(result)
     mismatch = checks.get("input_mismatch")
     if mismatch:
         reasons.append(Reason(code="input-mismatch", text=mismatch,
                               fix="feed the model exactly the values it was trained on"))
-    fit = checks.get("target_fit")
     if fit and fit.get("near_chance") and not mismatch:  # a mismatch explains it already
         reasons.append(Reason(
             code="near-chance",

@@ -30,7 +30,7 @@ def view_with(bank: SignalBank, target: int, references: Sequence[int]) -> Targe
     """The bank as seen attacking ``target`` with exactly ``references`` (bank indices, in
     that order) as its reference models."""
     ids = np.asarray(list(references), dtype=int)
-    return TargetView(bank, target, ids, bank.membership[ids])
+    return TargetView(bank, target, ids)
 
 
 @dataclass
@@ -64,7 +64,7 @@ def score_attack(
     if threshold_references:
         view = view_with(bank, target, threshold_references)
         threshold = public_threshold(name, view, params)
-        public = ~bank.audit & ~bank.population
+        public = ~bank.audit & ~bank.population & view.reference_available[0]
         shadow = view.as_shadow(0)
         known = view.reference_membership[0][public]
         if threshold is not None and known.any() and not known.all():
