@@ -20,7 +20,7 @@ def test_audit_a_torch_module(user, split, tmp_path, capsys):
         "--data", "digits", "--members", str(user["members"]),
         "--nonmembers", str(user["nonmembers"]), "--public-rows", str(user["public"]),
         "--references", "3", "--recipe", "{optimizer: adam, lr: 0.01, epochs: 20, batch_size: 64}",
-        "--attacks", ATTACKS + ",boundary-distance", "--out", str(out),
+        "--attacks", ATTACKS, "--out", str(out),
         "--cache-dir", str(tmp_path / "cache"), "--quiet", "--exposed", "8",
     ])
     assert code == 0
@@ -28,9 +28,7 @@ def test_audit_a_torch_module(user, split, tmp_path, capsys):
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics) == set(ATTACKS.split(","))
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["skipped"] == {"boundary-distance": pytest.approx(
-        summary["skipped"]["boundary-distance"])}
-    assert "off by default" in summary["skipped"]["boundary-distance"]
+    assert summary["skipped"] == {}
     assert set(summary["files"]) == {p.name for p in out.iterdir()}
     assert summary["members"] == 300 and summary["nonmembers"] == 300
     assert summary["references"] == 3 and summary["reference_recipe"]["architecture"] == "import"
@@ -74,7 +72,7 @@ def test_audit_an_sklearn_estimator_with_a_membership_column(user, split, tmp_pa
               "data": {"dataset": str(tmp_path / "audit.npz"), "membership_column": "member"},
               "public": {"dataset": str(tmp_path / "public.npz")},
               "references": {"models": 2},
-              "attacks": ["loss", "confidence", "gradient-norm", "lira-offline", "rmia"],
+              "attacks": ["loss", "confidence", "lira-offline", "rmia"],
               "metrics": {"bootstrap": 50}}
     (tmp_path / "audit.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "run"
@@ -82,7 +80,7 @@ def test_audit_an_sklearn_estimator_with_a_membership_column(user, split, tmp_pa
                  "--cache-dir", str(tmp_path / "cache"), "--quiet"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["target_kind"] == "sklearn" and summary["references"] == 2
-    assert "white-box access" in summary["skipped"]["gradient-norm"]
+    assert summary["skipped"] == {}
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics) == {"loss", "confidence", "lira-offline", "rmia"}
     assert metrics["loss"]["auc"] > 0.55
@@ -133,15 +131,17 @@ def test_bad_input_gives_clear_errors(user, tmp_path, capsys):
 
 def test_audit_a_prediction_function(user, tmp_path, capsys):
     out = tmp_path / "fn"
-    assert main(["audit", "--predict", f"{user['nets']}:predict_proba", "--data", "digits",
-                 "--members", str(user["members"]), "--nonmembers", str(user["nonmembers"]),
-                 "--out", str(out), "--quiet",
-                 "--attacks", "loss,gradient-norm,boundary-distance,rmia"]) == 0
+    base = ["audit", "--predict", f"{user['nets']}:predict_proba", "--data", "digits",
+            "--members", str(user["members"]), "--nonmembers", str(user["nonmembers"]),
+            "--out", str(out), "--quiet"]
+    # listed, attacks it could never run are refused before any work, each with the reason
+    assert main([*base, "--attacks", "loss,gradient-norm,boundary-distance,rmia"]) == 2
+    err = capsys.readouterr().err
+    assert "black-box prediction function" in err
+    assert "signals.boundary_distance is off" in err  # queryable, but slow: opt in
+    assert "no public data" in err and not out.exists()
+    assert main([*base, "--attacks", "loss"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    skipped = summary["skipped"]
-    assert "black-box prediction function" in skipped["gradient-norm"]
-    assert "off by default" in skipped["boundary-distance"]  # queryable, but slow: opt in
-    assert "no public data" in skipped["rmia"]
     # a fixed random map knows nothing of the training rows: near chance on them, and 300
     # non-members cannot support a 1% FPR figure, so no clearance, and each reason is named
     assert summary["verdict"]["level"] == "inconclusive"

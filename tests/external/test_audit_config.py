@@ -224,3 +224,55 @@ def test_audit_with_a_declared_augmentation_queries_its_views(user, tmp_path):
     assert set(metrics) == {"correctness", "augmentation-consistency"}
     saved = yaml.safe_load((out / "audit.yaml").read_text())  # reruns as it ran
     assert saved["model"]["augment"] == ["mirror"] and saved["signals"]["queries"] == AUTO
+
+
+# --- attacks listed explicitly: refused up front when the bank cannot support them ---------
+
+def test_an_audit_refuses_listed_attacks_its_bank_cannot_support_before_any_work(
+    user, tmp_path, capsys
+):
+    """Listed explicitly, an attack the audit could never run is refused before the target is
+    queried or a reference model trains; the default (every attack) still lists those it
+    cannot run with the reason."""
+    from miaudit.cli.main import main
+
+    out = tmp_path / "fn"
+    assert main(["audit", "--predict", f"{user['nets']}:predict_proba", "--data", "digits",
+                 "--members", str(user["members"]), "--nonmembers", str(user["nonmembers"]),
+                 "--public-rows", str(user["public"]), "--out", str(out), "--quiet",
+                 "--cache-dir", str(tmp_path / "cache"),
+                 "--attacks", "loss,lira-online,gradient-norm,blind"]) == 2
+    err = capsys.readouterr().err
+    assert ("3 attacks listed in attacks (--attacks) cannot run on this audit (lira-online, "
+            "gradient-norm, blind)") in err
+    assert ("attack 'lira-online' cannot run: needs at least 1 reference model trained ON the "
+            "audit samples (an online attack; its family's offline attacks: lira-offline, "
+            "lira-offline-fixed-variance, lira-offline-two-sided): the audit's reference "
+            "models train on public data only, so none is IN for an audit sample") in err
+    assert "the target is a black-box prediction function: gradients need white-box" in err
+    assert ("attack 'blind' cannot run: needs the samples' texts (their sizes, text_zlib_bytes "
+            "and text_chars): this audit's data (digits) are images; texts are audited with a "
+            "Hugging Face model folder") in err
+    assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+def test_the_audit_plan_holds_what_the_audit_can_know_up_front():
+    from miaudit.external.audit_config import audit_plan
+
+    plan = audit_plan(_audit(attacks=["loss"]))  # no public data named: no reference model
+    assert (plan.data, plan.references, plan.in_references, plan.population) == (
+        "image", 0, 0, False)
+    assert plan.channels == frozenset() and plan.queries == ("plain",)
+    public = audit_plan(_audit(public={"rows": "public.txt"}, references={"models": 3}))
+    assert (public.references, public.out_references, public.in_references) == (3, 3, 0)
+    assert public.population is None  # a fraction of rows only loading counts
+    lm = audit_plan(_audit(model={"predict": None, "hf_model": "folder"}), causal_lm=True)
+    assert lm.data == "sequence" and lm.sequence and lm.texts and not lm.base_model
+    assert lm.channels == frozenset()
+    # the default list is not checked here: the bank's skip reasons list what cannot run
+    from miaudit.external.audit_config import check_listed_attacks
+
+    check_listed_attacks(_audit())
+    with pytest.raises(ConfigError, match="attack 'rmia' cannot run: needs at least 1 "
+                                          "reference model .*this audit has no public data"):
+        check_listed_attacks(_audit(attacks=["loss", "rmia"]))

@@ -185,4 +185,5 @@ def test_secret_canaries_are_inserted_and_their_exposure_reported(tmp_path, docs
                       canaries={"count": 12, "kind": "secret",
                                 "guesses": {"k_plus": 3, "k_minus": 3}})
         bad.recipe = dict(bad.recipe, architecture="text-cnn", arch_params={})
+        bad.attacks = ["loss"]  # a classifier's attack: the canaries are what is wrong here
         run(bad, progress=False, echo=False)

@@ -107,10 +107,15 @@ def test_unknown_attack_fails_before_training(tmp_path):
 
 
 def test_an_attack_needing_augmented_queries_fails_before_training(tmp_path):
-    cfg = _tiny_config(tmp_path, attacks=["loss", "augmentation-consistency"],
-                       signals={"queries": ["plain"]})
-    with pytest.raises(ConfigError, match=r"attack 'augmentation-consistency' cannot run on "
-                                          r"this run's queries \['plain'\]: needs at least 1"):
+    refused = (r"attack 'augmentation-consistency' cannot run: needs at least 1 augmented "
+               r"query per sample beyond the plain one .*this run queries \['plain'\] \(as "
+               r"signals.queries lists them\): list augmented views in signals.queries")
+    with pytest.raises(ConfigError, match=refused):  # the config refuses it
+        _tiny_config(tmp_path, attacks=["loss", "augmentation-consistency"],
+                     signals={"queries": ["plain"]})
+    cfg = _tiny_config(tmp_path, signals={"queries": ["plain"]})
+    cfg.attacks = ["loss", "augmentation-consistency"]  # set after the checks: the run does
+    with pytest.raises(ConfigError, match=refused):
         run(cfg, progress=False)
     assert not (tmp_path / "cache").exists()
 

@@ -100,9 +100,12 @@ def test_a_design_lays_the_signals_out_as_its_bank(data):
 
 
 def test_no_module_builds_a_bank_another_way():
-    """Runs, audits and studies all reach a bank through signals.assemble."""
+    """Runs, audits and studies all reach a bank through signals.assemble (the config check's
+    nominal bank in attacks/fit.py is no run's: it holds a design's membership only, and the
+    config check must not import torch, which the assembly does)."""
     src = Path(miaudit.__file__).parent
-    allowed = {src / "signals" / "assemble.py", src / "signals" / "bank.py"}
+    allowed = {src / "signals" / "assemble.py", src / "signals" / "bank.py",
+               src / "attacks" / "fit.py"}
     offenders = [str(p.relative_to(src)) for p in src.rglob("*.py")
                  if p not in allowed and re.search(r"\bSignalBank\(", p.read_text())]
     assert offenders == []

@@ -68,7 +68,8 @@ class RunConfig:
     forgetting: ForgettingConfig = field(default_factory=ForgettingConfig)
     attacks: list[str] = field(default_factory=lambda: list(DEFAULT_ATTACKS))
     """The attacks scored, each of which must run (an attack the run cannot support is an
-    error, not skipped). The default is the five threshold attacks, which need no references,
+    error, not skipped, raised when the config is checked, before any model trains:
+    :func:`check_attacks_fit`). The default is the five threshold attacks, which need no references,
     channel or augmented query; `miaudit audit`'s default differs on purpose: it tries every
     attack and lists those the audit cannot run, since it cannot choose its models."""
     attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -206,6 +207,7 @@ def _check_types(cfg: RunConfig) -> None:
     need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
     _check_forgetting(cfg)
     cfg.compute = compute_section(cfg.compute)
+    check_attacks_fit(cfg)  # last: it reads the recipes, the split and the signals checked
 
 
 def _check_attacks(cfg: RunConfig) -> None:
@@ -220,6 +222,50 @@ def _check_attacks(cfg: RunConfig) -> None:
     if not isinstance(cfg.attack_params, dict):
         raise ConfigError("attack_params must map attack names to mappings.")
     check_attack_params(cfg.attack_params, selected=cfg.attacks)
+
+
+def check_attacks_fit(cfg: RunConfig, kind: str | None = None) -> None:
+    """Every attack in ``attacks`` can run on the bank this run will build: ConfigError
+    naming each one that cannot, what the bank will lack and how to give it, before any model
+    trains (a run scores every attack it lists: one it cannot support is an error, not
+    skipped). ``kind``: the dataset's kind once loaded (:func:`run_bank_plan`)."""
+    from miaudit.attacks.fit import check_fit
+
+    try:
+        recipes = planned_recipes(cfg)
+    except ConfigError:  # a recipe field that makes no Recipe: the run refuses it itself
+        return  # (pipeline.models.resolve_recipes), before this check and any work
+    check_fit(cfg.attacks, run_bank_plan(cfg, kind, recipes))
+
+
+def run_bank_plan(cfg: RunConfig, kind: str | None = None,
+                  recipes: tuple[Any, Any] | None = None) -> Any:
+    """The bank this run will build, planned from the config
+    (:class:`~miaudit.attacks.fit.BankPlan`, :func:`miaudit.config.plan.run_plan`).
+    ``kind``: the dataset's kind once loaded; without it, the registry's or the user file's
+    (a ``.npz`` is images or a table: what only its kind decides is left unplanned).
+    ``recipes``: :func:`planned_recipes`, when the caller has them."""
+    from miaudit.config.plan import run_plan
+
+    target, reference = recipes or planned_recipes(cfg)
+    return run_plan(cfg, target, reference, recipe_fields(cfg)[0].get("augment"), kind)
+
+
+def planned_recipes(cfg: RunConfig) -> tuple[Any, Any]:
+    """The target's and the reference models' :class:`~miaudit.train.recipe.Recipe`, as the
+    pipeline resolves them (miaudit.pipeline.models.resolve_recipes)."""
+    from miaudit.train.recipe import Recipe
+
+    target_fields, ref = recipe_fields(cfg)
+    target = Recipe.from_dict(target_fields,
+                              f"recipes.{cfg.recipe}" if isinstance(cfg.recipe, str) else "recipe")
+    if ref == "target":
+        return target, target
+    if ref == "plain":
+        return target, target.plain()
+    named = isinstance(cfg.reference_recipe, str)
+    return target, Recipe.from_dict(
+        ref, f"recipes.{cfg.reference_recipe}" if named else "reference_recipe")
 
 
 def _check_split_members(cfg: RunConfig) -> None:

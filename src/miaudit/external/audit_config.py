@@ -150,7 +150,10 @@ class AuditConfig:
     signals: SignalsSection = field(default_factory=SignalsSection)
     attacks: list[str] | None = None
     """Default: every attack the audit permits, those that cannot run listed with the reason
-    (an audit cannot choose its models, so it tries all). `miaudit run` differs on purpose: it
+    (an audit cannot choose its models, so it tries all). Listed explicitly, an attack the
+    audit could never run (its plan: :func:`check_listed_attacks`) is refused before the
+    target is queried or a reference model trains; one only its bank can rule out is listed
+    with the reason. `miaudit run` differs on purpose: it
     scores the attacks it lists, each of which must run, by default the five threshold
     attacks."""
     attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -530,3 +533,169 @@ def resolve(*layers: tuple[Mapping[str, Any], str | os.PathLike[str]]) -> AuditC
     for mapping, base in layers:
         merged = merge(merged, absolute_paths(dict(mapping), base))
     return audit_config(merged)
+
+
+# --- the attacks listed, against the bank the audit will build ---------------------------
+
+# What a black-box target cannot give per-sample gradients as, for messages.
+_NO_GRADIENTS = {
+    "sklearn": "a scikit-learn estimator (predict_proba only)",
+    "function": "a black-box prediction function",
+    "outputs": "precomputed outputs",
+}
+
+
+def _public_given(cfg: AuditConfig) -> bool | None:
+    """Whether the audit has public data (reference models train on it; the population is
+    drawn from it): given as rows of the audit data or as another dataset; False when none is
+    named; None when only loading tells (loader options of its own)."""
+    public = cfg.public
+    if public.rows or public.dataset not in (None, cfg.data.dataset):
+        return True
+    if public.dataset is None and not public.options:
+        return False
+    return None
+
+
+def audit_plan(cfg: AuditConfig, *, causal_lm: bool = False, base_model: bool = False,
+               kind: str | None = None, target_kind: str | None = None) -> Any:
+    """The bank `miaudit audit` will build for ``cfg``, before anything loads or trains
+    (:class:`~miaudit.attacks.fit.BankPlan`): the most it can hold, None where only loading
+    tells (its attacks are then left to the bank's skip reasons).
+
+    ``causal_lm``: ``model.hf_model`` is a causal LM (:func:`~miaudit.external.hf_folder.
+    hf_task`); ``base_model``: its pretrained base is known (``model.base_model``, or an
+    adapter's); ``kind``: the audit data's kind once loaded (default: from the registry or
+    the file's loader options); ``target_kind``: the loaded target's (default:
+    ``cfg.target_kind``). Reference models train on public data only: none is IN for an audit
+    sample, and each is OUT for all of them."""
+    from miaudit.attacks import list_attacks
+    from miaudit.attacks.fit import BankPlan
+    from miaudit.config.plan import dataset_kind
+
+    target_kind = target_kind or cfg.target_kind
+    if kind is None:
+        kind = dataset_kind(str(cfg.data.dataset), cfg.data.options, cfg.data_dir)
+    if kind == "tokens":  # the texts, tokenized by the model folder's tokenizer
+        kind = "text"
+    hf = bool(cfg.model.hf_model)
+    data = ("sequence" if causal_lm else "text") if hf else kind
+    public = _public_given(cfg)
+    references = 0 if public is False else cfg.references.models
+    attacks = cfg.attacks if cfg.attacks is not None else [s.name for s in list_attacks()]
+    white_box = target_kind in ("torch", "hf") and not causal_lm
+    channels = {"grad_norm": white_box and resolve_grad_norm(cfg.signals.grad_norm, attacks),
+                "boundary_distance": (bool(cfg.signals.boundary_distance) and not causal_lm
+                                      and target_kind != "outputs")}
+    population: bool | None = None
+    if (public is False or not cfg.public.population
+            or (target_kind == "outputs" and not cfg.model.public_outputs)):
+        population = False
+    queries: tuple[str, ...] | None = ("plain",)
+    if target_kind != "outputs" and kind is not None:
+        queries = tuple(audit_signals(cfg, "tokens" if hf else kind, target_kind)[0])
+    elif target_kind != "outputs":
+        queries = None  # a user's .npz: images are queried on the declared augmentation
+    plan = BankPlan(
+        data=data, dataset=Path(str(cfg.data.dataset)).name, where="this audit",
+        references=references, in_references=0, out_references=references,
+        # each reference on its own random part of the public pool (as offline references):
+        # a shadow with members, non-members and other references OUT, when they train
+        shadow_scorer=None if references else False,
+        shadow_references=None if references > 1 else False,
+        population=population, queries=queries,
+        channels=frozenset(name for name, on in channels.items() if on),
+        sequence=causal_lm, texts=hf, base_model=causal_lm and base_model,
+        prefix=False if not causal_lm or public is False else None, token_ids=causal_lm,
+    )
+    return dataclasses.replace(plan, explain=_audit_explain(cfg, plan, target_kind, public))
+
+
+def _audit_explain(cfg: AuditConfig, plan: Any, target_kind: str, public: bool | None
+                   ) -> Any:  # fmt: skip
+    """What the audit's bank lacks for a need, in its config keys and flags, and how to give
+    it (:attr:`miaudit.attacks.fit.BankPlan.explain`)."""
+    n = cfg.references.models
+    no_public = ("this audit has no public data (the attacker's rows: reference models train "
+                 "on them, population samples are kept out of every model): give "
+                 "public.dataset or public.rows (--public / --public-rows)")
+
+    def not_lm() -> str:
+        if cfg.model.hf_model:
+            return ("the model folder is a sequence classifier, not a causal LM: these attacks "
+                    "read a causal LM's token probabilities")
+        return (f"the target is a classifier on {plan.data_words.split(' are ', 1)[1]}, not a "
+                "causal LM: audit a causal LM folder (model.hf_model, --hf-model) on texts")
+
+    def explain(need: str, value: Any, attack: str) -> str:
+        if need in ("out_references", "in_references", "shadows"):
+            if need == "in_references" and n and public is not False:
+                return ("the audit's reference models train on public data only, so none is "
+                        "IN for an audit sample")
+            if n == 0:
+                return ("this audit trains no reference model (references.models: 0): raise "
+                        "references.models (--references)")
+            if public is False:
+                return no_public
+            return (f"this audit trains at most {n} reference model{'s' if n != 1 else ''} "
+                    f"(references.models: {n}): raise references.models (--references) to at "
+                    f"least {value}")
+        if need == "population":
+            if public is False:
+                return no_public
+            if not cfg.public.population:
+                return ("public.population is 0: keep a fraction of the public rows out of "
+                        "every reference model (e.g. public.population: 0.2, --population)")
+            return ("it reads the target's outputs on population rows, which precomputed "
+                    "outputs lack: give model.public_outputs (--public-outputs)")
+        if need == "channel":
+            if plan.sequence:
+                return f"a causal LM has no '{value}' channel (a classifier's)"
+            if value == "grad_norm" and target_kind in _NO_GRADIENTS:
+                return (f"the target is {_NO_GRADIENTS[target_kind]}: gradients need white-box "
+                        "access to a PyTorch model (model.module + model.weights, or "
+                        "model.hf_model)")
+            if value == "grad_norm":
+                return "signals.grad_norm is false (--no-grad-norm): set it to true or auto"
+            if value == "boundary_distance" and target_kind == "outputs":
+                return ("precomputed outputs cannot be queried at new inputs (its HopSkipJump "
+                        "search): give the model itself")
+            return (f"signals.{value} is off (its HopSkipJump search costs about 1,100 queries "
+                    f"per sample and model): set signals.{value}: true (--boundary-distance)")
+        if need in ("sequence", "next_token_moments", "token_ids"):
+            return not_lm()
+        if need == "text":
+            return (f"{plan.data_words}; texts are audited with a Hugging Face model folder "
+                    "(model.hf_model, --hf-model) on a text dataset")
+        if need == "augmented_queries":
+            if target_kind == "outputs":
+                return ("precomputed outputs hold the plain query only: give the model itself "
+                        "to query augmented views")
+            return (f"this audit queries {list(plan.queries or ())}: declare the model's "
+                    "training augmentation (model.augment, --augment), which signals.queries: "
+                    "auto replays on images, or list views in signals.queries (--queries)")
+        if need == "base_model":
+            if not plan.sequence:
+                return not_lm()
+            return ("this audit has no pretrained base model: give the model the target was "
+                    "fine-tuned from as model.base_model (--base-model)")
+        if need == "prefix_conditioned":
+            if not plan.sequence:
+                return not_lm()
+            return f"{no_public}; ReCaLL's prefix is drawn from public texts"
+        return f"this audit's bank will not have it ({plan.data_words})"
+
+    return explain
+
+
+def check_listed_attacks(cfg: AuditConfig, **plan: Any) -> None:
+    """The attacks ``attacks`` lists explicitly (``--attacks``) can run on the bank the audit
+    will build (:func:`audit_plan`, with its keyword arguments): ConfigError naming each one
+    that cannot, why and how to fix it, before the target is queried or a reference model
+    trains. Without ``attacks`` (the default: every attack), those that cannot run are left
+    out with the reason, as the bank shows them."""
+    if cfg.attacks is None:
+        return
+    from miaudit.attacks.fit import check_fit
+
+    check_fit(cfg.attacks, audit_plan(cfg, **plan), "attacks (--attacks)")

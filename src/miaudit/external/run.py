@@ -14,13 +14,19 @@ from miaudit.attacks.registry import check_attack_params
 from miaudit.config import compute_section, identity_config
 from miaudit.errors import ConfigError
 from miaudit.external.audit_bank import bank_summary, build_audit_bank, skip_reasons
-from miaudit.external.audit_config import AuditConfig, audit_signals, dump_audit_config
+from miaudit.external.audit_config import (
+    AuditConfig,
+    audit_signals,
+    check_listed_attacks,
+    dump_audit_config,
+)
 from miaudit.external.data import AuditData, build_audit_data
 from miaudit.external.exposed import exposure_csv, rank_exposed, thumbnail_figure
 from miaudit.external.hf_folder import default_attacks, hf_task, load_hf_target, reference_note
 from miaudit.external.references import References, reference_models
 from miaudit.external.sources import Target, load_target, prediction_function
 from miaudit.io import write_json, write_text
+from miaudit.models.hf import CAUSAL_LM, is_adapter_folder
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.pipeline.split_check import split_check
 from miaudit.privacy.sections import privacy_line
@@ -131,6 +137,9 @@ def run_audit(
     for name in names:
         get_attack(name)  # unknown names fail before any work
     check_attack_params(cfg.attack_params)  # so do parameters (an AuditConfig built in Python)
+    # and attacks listed that the bank could not support (the default list skips them)
+    check_listed_attacks(cfg, causal_lm=task == CAUSAL_LM, base_model=bool(
+        cfg.model.base_model or (cfg.model.hf_model and is_adapter_folder(cfg.model.hf_model))))
     if cfg.model.predict:  # and a class named as a prediction function (it needs weights)
         prediction_function(cfg.model.predict)
     cfg.compute = compute_section(cfg.compute)  # and where the references train
@@ -179,6 +188,10 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
         target = load_target(cfg.model, data.input_shape, data.num_classes,
                              data.features[:64])
     audit_signals(cfg, data.kind, target.kind)  # a model.augment for no images: before references
+    # the attacks listed again, with the data's kind and the target as loaded (a user's .npz
+    # is images or a table): before the target is queried or a reference trains
+    check_listed_attacks(cfg, causal_lm=target.causal_lm, base_model=bool(cfg.model.base_model),
+                         kind=data.kind, target_kind=target.kind)
     cache_root = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     refs = reference_models(cfg, target, data, cache_root, device, progress)
     # where each reference model came from (none listed for scikit-learn clones or without

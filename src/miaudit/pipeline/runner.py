@@ -12,7 +12,14 @@ import torch
 
 from miaudit.attacks import get_attack
 from miaudit.attacks.registry import check_attack_params
-from miaudit.config import RunConfig, compute_section, dump_config, identity_config
+from miaudit.config import (
+    RunConfig,
+    check_attacks_fit,
+    compute_section,
+    dump_config,
+    identity_config,
+)
+from miaudit.config.plan import dataset_kind
 from miaudit.io import write_text
 from miaudit.pipeline.checkpoint_audit import audit_checkpoints, checkpoints_table
 from miaudit.pipeline.evaluate import evaluate_bank
@@ -70,6 +77,18 @@ def _split_check(cfg: RunConfig, built: BuiltBank) -> dict[str, Any] | None:
                        seed=cfg.seed)
 
 
+def _check_attacks_fit(cfg: RunConfig) -> None:
+    """Every attack listed can run on the bank the run will build (config.check_attacks_fit),
+    before any model trains: planned from the config, and for a dataset whose kind only
+    loading tells (a user's .npz: images or a table) again with the kind it loads as."""
+    check_attacks_fit(cfg)
+    if dataset_kind(cfg.dataset.name, cfg.dataset.options, cfg.data_dir) is None:
+        from miaudit.data import load_dataset
+
+        loaded = load_dataset(cfg.dataset.name, cfg.data_dir, **cfg.dataset.options)
+        check_attacks_fit(cfg, loaded.kind)
+
+
 def run(
     cfg: RunConfig, progress: bool = True, echo: bool = True, overwrite: bool = False
 ) -> tuple[AuditResult, Path]:
@@ -83,6 +102,7 @@ def run(
         get_attack(name)
     check_attack_params(cfg.attack_params)  # a RunConfig built in Python skipped its _check
     resolve_recipes(cfg)  # a bad recipe field fails before the dataset loads
+    _check_attacks_fit(cfg)  # an attack the bank could not support fails before training
     check_canaries(cfg)  # so do canaries that could never certify ε > 0
     cfg.compute = compute_section(cfg.compute)  # and a bad compute section
     out = run_dir_for(cfg)
