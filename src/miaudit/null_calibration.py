@@ -104,7 +104,7 @@ def classifier_bank(design: str, variant: str, n_models: int = 6, seed: int = 0,
            + np.einsum("nf,mfc->mnc", features, rng.normal(0.0, 0.3, (n_models, 8, N_CLASSES))))
     logits = (difficulty[None, :, None, :] + own[:, :, None, :]
               + rng.normal(0.0, 0.1, (n_models, n, 2, N_CLASSES)))
-    learnt = _learnt(membership, audit_mask, target, variant)
+    learnt = _learnt(membership, audit_mask | canary, target, variant)
     logits[:, np.arange(n), :, labels] += (effect * learnt.T)[:, :, None]  # [N, M, Q]
     channels = {
         "grad_norm": np.abs(rng.normal(1.0, 0.3, (n_models, n))) * np.exp(-learnt),
@@ -135,7 +135,7 @@ def sequence_bank(design: str, variant: str, n_models: int = 6, seed: int = 0,
     lengths = rng.integers(2, tokens + 1, n)
     base = -rng.exponential(2.0, (n, tokens))
     token = base[None] - rng.exponential(0.3, (n_models, n, tokens))
-    token += effect * _learnt(membership, audit_mask, target, variant)[:, :, None]
+    token += effect * _learnt(membership, audit_mask | canary, target, variant)[:, :, None]
     if variant == "base-as-target":
         token[target] = base
     token = np.minimum(token, 0.0)
@@ -159,13 +159,15 @@ def sequence_bank(design: str, variant: str, n_models: int = 6, seed: int = 0,
     return NullBank(bank, target, design, variant, seed)
 
 
-def _learnt(membership: np.ndarray, audit: np.ndarray, target: int, variant: str
+def _learnt(membership: np.ndarray, evaluated: np.ndarray, target: int, variant: str
             ) -> np.ndarray:  # fmt: skip
-    """float [M, N]: 1 where a model learnt a row (its output there shows it)."""
+    """float [M, N]: 1 where a model learnt a row (its output there shows it). ``evaluated``
+    [N]: the rows whose membership the audit evaluates (audit rows and canaries), none of
+    which the target learnt."""
     learnt = np.zeros(membership.shape)
     if variant == "unseen-members":
         learnt[:] = membership
-        learnt[target] = membership[target] & ~audit  # the target never saw its "members"
+        learnt[target] = membership[target] & ~evaluated  # it never saw its "members"
     return learnt
 
 
@@ -223,10 +225,8 @@ def null_figures(null: NullBank, attacks: list[str] | None = None,
         defaults = get_attack(name).defaults
         chosen = {k: v for k, v in params.get(name, params.get("*", {})).items()
                   if k in defaults}
-        try:
-            scores = run_attack(name, view, **chosen).scores[bank.audit]
-        except AttackError:  # e.g. a scorer whose shadows keep no reference: cannot run
-            continue
+        # an attack whose needs the bank meets must run: an AttackError here is a defect
+        scores = run_attack(name, view, **chosen).scores[bank.audit]
         fpr, tpr, _ = metrics.roc(scores, members)
         auc = metrics.auc(scores, members)
         at = {f: metrics.tpr_at_fpr(fpr, tpr, f) for f in fprs}

@@ -68,7 +68,7 @@ def test_null_audits_of_every_design_find_no_leak_and_certify_no_epsilon():
     the best ε bound (Bonferroni over the attacks) stay at their α."""
     trials, alarms, certified, dependent = 0, 0, 0, 0
     for seed in range(6):
-        for design in ("offline", "online", "paired-halves", "lira-keep"):
+        for design in ("offline", "offline-canaries", "online", "paired-halves", "lira-keep"):
             null = classifier_bank(design, "unseen-members", n_models=6, seed=seed)
             names = [a for a in runnable(null) if "epochs" not in get_attack(a).defaults
                      and a not in ("qmia", "qmia-label")]  # scorers: tests/null's other file

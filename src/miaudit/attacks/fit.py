@@ -172,6 +172,12 @@ _CHECKS: dict[str, tuple[Callable[[BankPlan, Any, Needs], bool], Callable[[Any],
         lambda _: "needs the models' token log-probabilities conditioned on a fixed non-member "
                   "prefix (ReCaLL)",
     ),
+    "classifier": (
+        lambda plan, _, __: plan.sequence is True,
+        lambda _: "needs a classifier's own logits (a causal language model's sequence bank "
+                  "has only a derived two-class view of its likelihood; use the language-model "
+                  "attacks, e.g. lm-rmia)",
+    ),
     "token_ids": (
         lambda plan, _, __: plan.token_ids is False,
         lambda _: "needs the scored token ids and the vocabulary size (token frequencies)",

@@ -51,6 +51,9 @@ class Needs:
     base_model: bool = False  # seq_base_token_logprob: the pretrained base model's log-probs
     prefix_conditioned: bool = False  # seq_prefix_token_logprob (ReCaLL's prefix P)
     token_ids: bool = False  # seq_token_ids and seq_vocab_size (DC-PDD's token frequencies)
+    # a classifier's own logits: a sequence bank's are a derived two-class view of the
+    # likelihood, on which e.g. a temperature has no faithful meaning (rmia-paper's T = 2)
+    classifier: bool = False
 
     def check(self, view: TargetView, attack: str) -> None:
         problems = []
@@ -123,6 +126,12 @@ class Needs:
                 f"attack '{attack}' needs the scored token ids and the vocabulary size "
                 "(seq_token_ids [N,T], seq_vocab_size), which the bank lacks; signal with "
                 "SignalSpec(token_ids=True)."
+            )
+        if self.classifier and view.has_sequences:
+            problems.append(
+                "needs a classifier's own logits; this is a causal language model's sequence "
+                "bank, whose logits are a derived two-class view of the sequence likelihood "
+                "(use the language-model attacks, e.g. lm-rmia)."
             )
         if problems:
             raise AttackError(f"attack '{attack}' cannot run: " + " ".join(problems))

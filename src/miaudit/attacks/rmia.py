@@ -194,7 +194,7 @@ def _ratio(p_target: np.ndarray, p_x: np.ndarray) -> np.ndarray:
 @register_attack(
     "rmia-paper",
     family="rmia",
-    needs=Needs(out_references=1, population=True),
+    needs=Needs(out_references=1, population=True, classifier=True),  # T = 2: logits
     description="rmia at its paper's offline configuration (T = 2, a = 0.2, gamma = 2, "
                 "the paper's count)",
     params=(OFFLINE_A.with_default(PAPER_OFFLINE["a"]),

@@ -277,7 +277,9 @@ def write_summary(table: pd.DataFrame, study_dir: Path) -> None:
     support = table["n_nonmembers"].min() if "n_nonmembers" in table else None
     sections = [f"# Study: generalization ({GENERALIZATION_PAPER}), size {config['size']}\n",
                 f"Attack in the tables and figures: `{attack}`; {config['models']} models per "
-                f"bank, each attacked with the other {config['models'] - 1} as references. "
+                f"bank, each attacked with the other {config['models'] - 1} as references "
+                f"({config['models'] - 2} per sample: the view sets one aside so that they "
+                "say nothing of the target's membership, docs/algorithms.md §11). "
                 f"TPR@0.1% FPR per attacked model rests on {support} non-members "
                 f"({0.001 * support:g} expected false positives) and TPR@1% on "
                 f"{0.01 * support:g}.\n" if support else ""]
