@@ -71,6 +71,25 @@ def test_a_run_whose_target_learnt_nothing_finds_nothing(design, models, online,
     assert summary["verdict"]["level"] == "inconclusive"
 
 
+def test_calibration_via_forgetting_finds_nothing_in_an_untrained_target(tmp_path):
+    """Forgetting copies (the target trained further on public rows) as the calibration
+    attacks' references: copies of a target that learnt nothing find nothing either."""
+    config = {
+        "name": "null-forgetting", "seed": 1, "dataset": {"name": "digits"},
+        "split": {"audit": 600, "public": 600, "population": 300}, "design": "offline",
+        "models": 3,
+        "recipe": {"architecture": "mlp", "lr": 1.0e-9, "epochs": 1, "batch_size": 64},
+        "forgetting": {"models": 2, "epochs": 1, "lr": 0.01},
+        "signals": {"queries": ["plain"]},
+        "attacks": ["loss", "calibrated-loss", "calibrated-confidence", "lira-offline"],
+        "cache_dir": str(tmp_path / "cache"),
+    }
+    result = miaudit.run(config, out=tmp_path / "run", progress=False)
+    assert {"calibrated-loss.forgetting", "calibrated-confidence.forgetting"} <= {
+        o.name for o in result.outcomes}
+    _nothing_found(result)
+
+
 @pytest.fixture(scope="module")
 def unseen(split) -> dict[str, np.ndarray]:
     """Rows the user's models never trained on (their non-members), split at random into
