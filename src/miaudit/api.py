@@ -251,7 +251,8 @@ def _model_key(text: str, weights: str | os.PathLike[str] | None) -> str:
     """The model-section key a model given as a string fills: what the command line's flag
     for it would be (``--hf-model``, ``--estimator``, ``--outputs``, ``--model`` with
     ``--weights``, ``--predict``). "file.py:Name" without weights must name a function: a
-    class is refused, as a weights file given as the model is."""
+    class is refused (by the audit, which imports it only after the other inputs' checks),
+    as a weights file given as the model is (here)."""
     from miaudit.errors import ConfigError
 
     suffix = Path(text).suffix.lower()
@@ -262,12 +263,9 @@ def _model_key(text: str, weights: str | os.PathLike[str] | None) -> str:
     if suffix in _OUTPUT_SUFFIXES:
         return "outputs"
     if ":" in text:  # a class (with its weights) or a prediction function
-        if weights is not None:
-            return "module"
-        from miaudit.external.sources import prediction_function
-
-        prediction_function(text, _API_WORDS)  # a class here is refused, both readings named
-        return "predict"
+        # not imported here: the audit imports it once every other input is checked, and
+        # refuses a class there, both readings named (run_audit's predict_words)
+        return "module" if weights is not None else "predict"
     if suffix in _WEIGHTS_SUFFIXES:
         raise ConfigError(
             f"model={text!r} is a weights file, which is no model without its class: give "
@@ -415,9 +413,10 @@ def audit(
     ``recipe``, built with ``model_kwargs``; the class must be importable by path for that) or
     a function ``X -> [n, classes]`` outputs. The object itself is queried (a torch module
     through a copy); audit.yaml records it as "in memory", so such a run is not rerun from that
-    file. What reads two ways is refused before any work, both readings named: a
-    ``"module:Name"`` naming a class without ``weights=`` (not a prediction function), a
-    weights file as ``model``, a class instead of a trained object.
+    file. What reads two ways is refused, both readings named: a weights file as ``model`` and
+    a class instead of a trained object before any work; a ``"module:Name"`` naming a class
+    without ``weights=`` (not a prediction function) once the data and rows are checked, as
+    naming it imports (runs) the module, which is done only after every other input passed.
 
     ``data``: a dataset name, a data file, or arrays ``(X, y)``; ``members`` /
     ``nonmembers`` / ``public_rows``: row indices, a boolean mask over the rows, or a file
@@ -476,7 +475,8 @@ def audit(
         # relative paths are read from the current directory, as the command line's flags
         cfg = resolve((given, Path.cwd()), (options, Path.cwd()))
         with _bars(progress):
-            result, path = run_audit(cfg, progress=progress, echo=echo, overwrite=overwrite)
+            result, path = run_audit(cfg, progress=progress, echo=echo, overwrite=overwrite,
+                                     predict_words=_API_WORDS)
     result.out = path
     return result
 

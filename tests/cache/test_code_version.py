@@ -382,7 +382,7 @@ def test_prune_dry_run_lists_and_removes_nothing(mixed_cache, capsys):
     assert _files(root) == before
     assert "dry run: would remove 5 entries and 3 orphan files" in out
     for path in kinds["stale"] + kinds["orphans"]:
-        name = path.stem if path.suffix in (".json", ".safetensors", ".joblib") else path.name
+        name = path.stem if path.suffix in (".json", ".safetensors", ".skops") else path.name
         assert name in out, path.name
     for path in kinds["reachable"]:
         assert path.stem not in out

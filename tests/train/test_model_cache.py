@@ -183,7 +183,7 @@ def test_every_cache_file_follows_the_umask(tmp_path, digits, umask, mask, mode)
     get(ModelCache(tmp_path / "torch"), digits)
     _fit_sklearn(tmp_path / "sklearn", digits)
     files = sorted((tmp_path / "torch").iterdir()) + sorted((tmp_path / "sklearn").iterdir())
-    assert sorted(p.suffix for p in files) == [".joblib", ".json", ".json", ".safetensors"]
+    assert sorted(p.suffix for p in files) == [".json", ".json", ".safetensors", ".skops"]
     for path in files:
         assert stat.S_IMODE(path.stat().st_mode) == mode, path.name
 
@@ -193,12 +193,12 @@ def test_every_cache_file_follows_the_umask(tmp_path, digits, umask, mask, mode)
 def test_a_corrupt_sklearn_entry_is_refit_with_a_warning(tmp_path, digits, caplog, damage):
     store, key = _fit_sklearn(tmp_path, digits)
     assert (store.hits, store.misses) == (0, 1)
-    target = tmp_path / f"{key}.json" if damage is truncate_json else tmp_path / f"{key}.joblib"
+    target = tmp_path / f"{key}.json" if damage is truncate_json else tmp_path / f"{key}.skops"
     damage(target)
     with caplog.at_level(logging.WARNING, logger="miaudit.external.references"):
         again, _ = _fit_sklearn(tmp_path, digits)
     assert again.corrupt == 1 and again.misses == 1  # refit, and stored again
-    assert (f"scikit-learn cache entry {tmp_path / f'{key}.joblib'} is corrupt (" in caplog.text
-            and "); refitting it" in caplog.text)
+    assert (f"scikit-learn cache entry {tmp_path / f'{key}.skops'} is corrupt" in caplog.text
+            and "refitting it" in caplog.text)
     third, _ = _fit_sklearn(tmp_path, digits)
     assert (third.hits, third.corrupt) == (1, 0)

@@ -11,7 +11,9 @@ Entries written before the values were recorded are stale.
 
 The folder: ``<key>.safetensors`` + ``<key>.json`` (torch models, :mod:`miaudit.train.model_cache`;
 a DP-SGD model trained with gradient canaries also has ``<key>.canaries.npz``, its record),
-``sklearn/<key>.joblib`` + ``<key>.json`` (scikit-learn references), temporary files of writes
+``sklearn/<key>.skops`` + ``<key>.json`` (scikit-learn references, :mod:`skops.io` files; the
+``sklearn/<key>.joblib`` pickles of format 1 are listed as stale entries and pruned, never
+loaded: no key of this code reaches them), temporary files of writes
 in progress or killed (``.<key>.<ext>.<pid>-<random>.tmp``, :func:`miaudit.io.atomic_path`), and
 ``pretrained/`` (extracted pretrained weights, :mod:`miaudit.models.text`), which is not an entry
 and is left alone, as is any other file.
@@ -54,6 +56,8 @@ class Store:
     suffix: str  # the weights file's
     current: dict[str, Any]  # the version fields of this code (in the key and the json)
     digest_field: str  # the field holding the code digest
+    # weights files of earlier formats, which this code never reads: their entries are stale
+    legacy: tuple[str, ...] = ()
 
 
 @dataclass
@@ -112,13 +116,16 @@ def current_stores(root: Path) -> list[Store]:
     stores = [Store("torch", root, ".safetensors", cache_version(), "trainer_digest")]
     folder = root / SKLEARN_FOLDER
     if folder.is_dir():
+        suffix = ".skops"
         try:
-            from miaudit.external.references import SklearnCache
+            from miaudit.external.references import SKLEARN_SUFFIX, SklearnCache
 
-            current = SklearnCache.version()
+            current, suffix = SklearnCache.version(), SKLEARN_SUFFIX
         except ImportError:  # no scikit-learn here: no key of this code reaches its entries
             current = {"format": None, "fit_digest": None, "sklearn_version": None}
-        stores.append(Store("sklearn", folder, ".joblib", current, "fit_digest"))
+        # format 1's joblib pickles: listed and pruned, never loaded
+        stores.append(Store("sklearn", folder, suffix, current, "fit_digest",
+                            legacy=(".joblib",)))
     return stores
 
 
@@ -139,8 +146,9 @@ COMPANIONS = (".canaries.npz",)
 def _entry(store: Store, key: str, verify: bool) -> Entry | None:
     meta_path, weights = store.folder / f"{key}.json", store.folder / f"{key}{store.suffix}"
     companions = [store.folder / f"{key}{c}" for c in COMPANIONS] if store.kind == "torch" else []
+    legacy = [store.folder / f"{key}{s}" for s in store.legacy]
     paths, size, mtime = [], 0, 0.0
-    for path in (meta_path, weights, *companions):
+    for path in (meta_path, weights, *companions, *legacy):
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -155,6 +163,14 @@ def _entry(store: Store, key: str, verify: bool) -> Entry | None:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         entry.reason = f"metadata unreadable ({type(exc).__name__})"
+        return entry
+    old = [p for p in legacy if p in paths]
+    if old and weights not in paths:  # an entry of an earlier format: never read, so stale
+        entry.status = STALE
+        entry.recorded = ({name: meta.get(name) for name in store.current}
+                          if isinstance(meta, dict) else {})
+        entry.reason = (f"{old[0].suffix} pickle of an earlier format, never loaded (entries are "
+                        f"{store.suffix} files now)")
         return entry
     if not isinstance(meta, dict) or "weights_sha256" not in meta:
         entry.reason = "metadata lacks weights_sha256"
@@ -214,7 +230,7 @@ def _scan_store(store: Store, inventory: Inventory, verify: bool, now: float) ->
         temp = TEMP_FILE.match(name)
         if temp is not None:
             key, _, ext = temp["name"].partition(".")
-            if _KEY.match(key) and ext in ("json", store.suffix[1:],
+            if _KEY.match(key) and ext in ("json", store.suffix[1:], *(s[1:] for s in store.legacy),
                                            *(c[1:] for c in COMPANIONS)):
                 found = _loose_temp(path, temp["pid"], now)
                 if found is not None:
@@ -227,7 +243,7 @@ def _scan_store(store: Store, inventory: Inventory, verify: bool, now: float) ->
                     inventory.entries.append(entry)
                 continue
             companion = store.kind == "torch" and dot + ext in COMPANIONS
-            if dot + ext == store.suffix or companion:
+            if dot + ext == store.suffix or companion or dot + ext in store.legacy:
                 if stem not in keys:  # weights (or a record) whose json was never written
                     try:
                         st = path.stat()

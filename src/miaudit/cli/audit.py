@@ -17,11 +17,17 @@ _EPILOG = """examples:
   miaudit audit --estimator model.joblib --data audit.parquet --membership-column member \\
       --label-column income --public public.parquet
   miaudit audit --outputs outputs.npz --data digits --members members.txt
-  miaudit audit --hf-model my-bert/ --data mails.csv --text-column text --label-column spam \
-      --members members.txt --public public.csv --reference-base bert-base-uncased/ \
+  miaudit audit --hf-model my-bert/ --data mails.csv --text-column text --label-column spam \\
+      --members members.txt --public public.csv --reference-base bert-base-uncased/ \\
       --recipe '{optimizer: adam, lr: 0.00005, epochs: 3, batch_size: 16}'
   miaudit audit --config audit.yaml
-Unpickling an estimator runs code from the file: audit only your own files."""
+
+what runs code: --estimator unpickles its file, which runs any code stored in it (the one
+pickle miaudit loads; every audit warns before it): audit only files you made or trust, or
+give --outputs instead. --model FILE.py:Class and --predict FILE.py:function import that
+module, which runs its code, as would a config's model.module / model.predict: a config
+naming code is as trusted as that code. Every other input (weights, data, rows, public
+data, recipe) is checked first, so a bad one is refused before the code runs."""
 
 
 def _mapping(text: str, flag: str) -> dict[str, Any]:
@@ -105,10 +111,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Membership inference audit of a model trained outside miaudit.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--config", help="YAML audit config (flags override it)")
+    p.add_argument("--config", help="YAML audit config (flags override it); its model.module "
+                   "or model.predict is imported (runs) like --model / --predict")
     g = p.add_argument_group(
         "the model (one of --model, --hf-model, --estimator, --predict, --outputs)")
-    g.add_argument("--model", help="PyTorch nn.Module: 'package.module:Class' or 'file.py:Class'")
+    g.add_argument("--model", help="PyTorch nn.Module: 'package.module:Class' or 'file.py:Class'"
+                   " (imported, so its code runs, after every other input is checked)")
     g.add_argument("--model-kwargs", help="its constructor arguments, YAML: '{width: 64}'")
     g.add_argument("--weights", help=".safetensors or torch.save state dict (weights_only)")
     g.add_argument("--hf-model", metavar="DIR", help="Hugging Face save_pretrained folder "
@@ -125,8 +133,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--dp-delta", type=float, help="the model's DP claim: δ (with --dp-epsilon)")
     g.add_argument("--augment", help="how the model was trained: its augmentation, comma-"
                    "separated recipe steps (crop,mirror); --queries auto replays it")
-    g.add_argument("--estimator", help="scikit-learn estimator with predict_proba (joblib)")
-    g.add_argument("--predict", help="black box: 'package.module:function', X -> [n, classes]")
+    g.add_argument("--estimator", help="scikit-learn estimator with predict_proba (joblib/"
+                   "pickle: loading it runs code stored in the file; your own files only)")
+    g.add_argument("--predict", help="black box: 'package.module:function' or "
+                   "'file.py:function', X -> [n, classes] (imported, so its code runs)")
     g.add_argument("--outputs", help="black box: .npz/.csv/.parquet of logits or probabilities")
     g.add_argument("--public-outputs",
                    help="black box: its outputs on the public rows (--public / "

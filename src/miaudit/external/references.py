@@ -7,7 +7,8 @@
   (:func:`miaudit.external.hf_folder.hf_recipe`).
 - scikit-learn: ``sklearn.base.clone`` of the estimator (its own hyper-parameters, a fresh
   ``random_state`` per reference) fitted on each reference's rows, cached by content in
-  ``<cache>/sklearn``.
+  ``<cache>/sklearn`` as :mod:`skops.io` files that load only scikit-learn, numpy and scipy
+  types (:class:`SklearnCache`): nothing the cache holds is a pickle.
 - black box: a stand-in architecture if the recipe names one (e.g. ``mlp``), else none.
 
 Each reference trains on its own random subset of the public reference pool, as many rows as
@@ -20,9 +21,11 @@ pool (then the report and the verdict say so).
 from __future__ import annotations
 
 import hashlib
+import inspect
+import io
 import json
 import logging
-import pickle
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,22 +115,101 @@ def _describe(obj: Any) -> Any:
     return repr(obj)
 
 
-SKLEARN_CACHE_FORMAT = 1  # the file layout of SklearnCache entries
+# The file layout of SklearnCache entries. 2: ``<key>.skops`` files (skops.io, which loads only
+# the types it is told to trust); 1 was joblib pickles (``<key>.joblib``), which no key of this
+# code reaches: they are never read again (``miaudit cache info`` lists them stale, ``prune``
+# removes them).
+SKLEARN_CACHE_FORMAT = 2
+SKLEARN_SUFFIX = ".skops"
+# The libraries whose types a cached reference may hold beyond what skops trusts by default
+_LIBRARIES = ("sklearn", "numpy", "scipy")
+# skops loaders that build an object without calling its class with values from the file
+_NO_CALL_LOADERS = frozenset({"ObjectNode", "TypeNode"})
+# parts of a module path never trusted, library or not (test helpers, a package's __main__)
+_NEVER = frozenset({"tests", "testing", "_testing", "conftest", "__main__"})
+
+
+def _loaders(blob: bytes) -> dict[str, set[str]]:
+    """Each type a skops file names ("module.Class") and the skops loaders it is read by,
+    from the file's schema (read as JSON: nothing is imported or built)."""
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+        schema = json.loads(archive.read("schema.json"))
+    found: dict[str, set[str]] = {}
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "__loader__" in node:
+                name = f"{node.get('__module__')}.{node.get('__class__')}"
+                found.setdefault(name, set()).add(str(node["__loader__"]))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def _library_type(name: str, loaders: set[str]) -> bool:
+    """Whether the type ``name`` ("module.Class"), read by ``loaders``, is one a cached
+    reference may hold: a class (or, scikit-learn's only, a function) defined in
+    scikit-learn, numpy or scipy, in a module this process has already imported (so trusting
+    it imports nothing). numpy and scipy classes only where skops builds them without calling
+    the class on values from the file."""
+    module, _, attr = name.rpartition(".")
+    parts = module.split(".")
+    if parts[0] not in _LIBRARIES or not attr or _NEVER & set(parts) or attr.startswith("__"):
+        return False
+    loaded = sys.modules.get(module)
+    obj = getattr(loaded, attr, None) if loaded is not None else None
+    home = str(getattr(obj, "__module__", "") or "").split(".")
+    if obj is None or home[0] not in _LIBRARIES or _NEVER & set(home):
+        return False  # e.g. a name a library module imported from elsewhere
+    if inspect.isclass(obj):
+        return home[0] == "sklearn" or loaders <= _NO_CALL_LOADERS
+    return home[0] == "sklearn" and callable(obj) and loaders <= {"FunctionNode"}
+
+
+def skops_types(blob: bytes) -> tuple[list[str], list[str]]:
+    """(trusted, refused): the types of the skops file ``blob`` that skops does not trust by
+    default (:func:`skops.io.get_untrusted_types`), split into those a cached reference may
+    hold (:func:`_library_type`) and the rest. Nothing is imported or built."""
+    import skops.io as sio
+
+    loaders = _loaders(blob)
+    trusted, refused = [], []
+    for name in sio.get_untrusted_types(data=blob):
+        (trusted if _library_type(name, loaders.get(name, set())) else refused).append(name)
+    return trusted, refused
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 class SklearnCache:
-    """Fitted estimators by content key: ``<root>/<key>.joblib`` + ``<key>.json`` (the
+    """Fitted estimators by content key: ``<root>/<key>.skops`` + ``<key>.json`` (the
     file's sha256 and fit time), json written last, so an entry counts only when complete.
 
+    Entries are :mod:`skops.io` files, never pickles: loading one builds only scikit-learn,
+    numpy and scipy types (:func:`skops_types`, the trusted list computed from the file, never
+    ``trusted=True``), so a file someone replaced cannot run code. An entry that holds other
+    types, fails its sha256, does not load or is not a fitted estimator of the expected class
+    is not used: a warning names its path and the reference is refitted. An estimator whose
+    fitted state holds other types (a class of your own, a function of yours) is not cached:
+    the note says so and its references are fitted every audit.
+
     The key covers the estimator (class and parameters), the rows, the seed and the code that
-    fits (:meth:`version`: scikit-learn's version, the digest of miaudit's fitting code and
-    miaudit's version), all recorded in the json for ``miaudit cache info``."""
+    fits (:meth:`version`: scikit-learn's version, the digest of miaudit's fitting code,
+    miaudit's version and the file format), all recorded in the json for
+    ``miaudit cache info``."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.hits = 0
         self.misses = 0
-        self.corrupt = 0  # entries found broken (also counted in misses)
+        self.corrupt = 0  # entries found broken or foreign (also counted in misses)
+        self.notes: list[str] = []  # for the report: estimators not cached, and why
 
     @staticmethod
     def version() -> dict[str, Any]:
@@ -143,10 +225,10 @@ class SklearnCache:
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def _load(self, key: str) -> tuple[Any, float] | None:
-        import joblib
-
-        meta_path, path = self.root / f"{key}.json", self.root / f"{key}.joblib"
+    def _load(self, key: str, expected: type) -> tuple[Any, float] | None:
+        """The fitted estimator of entry ``key`` and its fit time; None when there is none,
+        or when it is broken or foreign (then a warning, and the json is removed: refit)."""
+        meta_path, path = self.root / f"{key}.json", self.root / f"{key}{SKLEARN_SUFFIX}"
         if not meta_path.exists():
             return None
         try:
@@ -156,15 +238,62 @@ class SklearnCache:
             blob = path.read_bytes()
             if hashlib.sha256(blob).hexdigest() != meta["weights_sha256"]:
                 raise CacheError("estimator file hash does not match its metadata")
-            return joblib.load(path), float(meta["fit_seconds"])  # our own file, hash-checked
-        except (OSError, EOFError, KeyError, ValueError, TypeError, pickle.UnpicklingError,
-                CacheError) as exc:
-            # as the torch cache does: say which entry is broken and that it is refitted
-            why = f"metadata lacks {exc}" if isinstance(exc, KeyError) else exc
-            log.warning("scikit-learn cache entry %s is corrupt (%s); refitting it", path, why)
+            model = self._read(blob, expected)
+            return model, float(meta["fit_seconds"])
+        except Exception as exc:  # whatever the file holds, it is refitted, never a crash
+            why = (f"metadata lacks {exc}" if isinstance(exc, KeyError)
+                   else exc if isinstance(exc, CacheError)
+                   else f"not a skops file of a fitted estimator: {type(exc).__name__}: "
+                        f"{str(exc).strip()[:200]}")
+            log.warning("scikit-learn cache entry %s is corrupt or not miaudit's (%s); not "
+                        "loaded, refitting it", path, why)
             self.corrupt += 1
             meta_path.unlink(missing_ok=True)  # refit and overwrite
             return None
+
+    @staticmethod
+    def _read(blob: bytes, expected: type) -> Any:
+        """The estimator in the skops file ``blob``, built only if every type it names is
+        trusted (skops' defaults and :func:`skops_types`); it must be a fitted ``expected``."""
+        import skops.io as sio
+        from sklearn.exceptions import NotFittedError
+        from sklearn.utils.validation import check_is_fitted
+
+        trusted, refused = skops_types(blob)
+        if refused:
+            raise CacheError(f"it holds types that are not scikit-learn's, numpy's or "
+                             f"scipy's ({_shown(refused)})")
+        model = sio.loads(blob, trusted=trusted)
+        if type(model) is not expected:
+            raise CacheError(f"it holds a {type(model).__module__}.{type(model).__qualname__}"
+                             f", not a {expected.__module__}.{expected.__qualname__}")
+        try:
+            check_is_fitted(model)
+        except NotFittedError as exc:
+            raise CacheError(f"its {expected.__qualname__} is not fitted") from exc
+        if not hasattr(model, "predict_proba"):
+            raise CacheError(f"its {expected.__qualname__} has no predict_proba")
+        return model
+
+    def _dump(self, model: Any) -> bytes | None:
+        """``model`` as a skops file, or None (and a note) when the cache could not load it
+        back: it holds types other than scikit-learn's, numpy's and scipy's."""
+        import skops.io as sio
+
+        name = f"{type(model).__module__}.{type(model).__qualname__}"
+        try:
+            blob = sio.dumps(model)
+            refused = skops_types(blob)[1]
+        except Exception as exc:  # skops cannot write every object (e.g. a lambda)
+            refused = [f"{type(exc).__name__}: {str(exc).strip()[:120]}"]
+        if not refused:
+            return blob
+        note = (f"scikit-learn references of {name} are not cached: the fitted estimator "
+                f"holds types the cache loads only from scikit-learn, numpy and scipy "
+                f"({_shown(refused)}), so they are fitted anew every audit")
+        if note not in self.notes:
+            self.notes.append(note)
+        return None
 
     def get_or_fit(
         self, estimator: Any, x: np.ndarray, y: np.ndarray, fingerprint: str, rows: np.ndarray,
@@ -172,7 +301,6 @@ class SklearnCache:
     ) -> tuple[Any, float]:
         """The clone of `estimator` fitted on `x`, `y` (rows `rows` of the dataset `fingerprint`)
         with random_state `seed`, from the cache or fitted now; and its fit time."""
-        import joblib
         from sklearn.base import clone
 
         model = clone(estimator)
@@ -180,7 +308,7 @@ class SklearnCache:
                  if k == "random_state" or k.endswith("__random_state")}
         model.set_params(**seeds)
         key = self.key(model, fingerprint, rows, seed)
-        found = self._load(key)
+        found = self._load(key, type(model))
         if found is not None:
             self.hits += 1
             return found
@@ -193,13 +321,15 @@ class SklearnCache:
         start = time.perf_counter()
         model.fit(x, y)
         seconds = time.perf_counter() - start
-        with atomic_path(self.root / f"{key}.joblib") as tmp:
-            joblib.dump(model, tmp)
-            digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        blob = self._dump(model)
+        if blob is None:
+            return model, seconds
+        with atomic_path(self.root / f"{key}{SKLEARN_SUFFIX}") as tmp:
+            tmp.write_bytes(blob)
         write_json(self.root / f"{key}.json", {
             **self.version(), "key": key, "estimator": type(model).__name__, "seed": int(seed),
             "indices_sha256": indices_digest(rows), "dataset_fingerprint": fingerprint,
-            "fit_seconds": seconds, "weights_sha256": digest,
+            "fit_seconds": seconds, "weights_sha256": hashlib.sha256(blob).hexdigest(),
         })
         return model, seconds
 
@@ -227,6 +357,26 @@ def reference_rows(cfg: AuditConfig, data: AuditData) -> tuple[int, list[str]]:
             f"(the public pool has only {data.n_pool} rows; accepted with "
             "references.allow_fewer_rows): reference-based attacks likely understate the leak.")
     return fewer, [note]
+
+
+def check_reference_inputs(cfg: AuditConfig, data: AuditData) -> None:
+    """What :func:`reference_models` refuses without the model, checked before the user's code
+    (``model.module``, ``model.predict``) is imported: a public pool too small for references
+    of the target's size and a recipe that cannot train (unknown keys, impossible values,
+    augmentation of data that are not images). Raises ConfigError."""
+    if cfg.references.models == 0 or data.public is None or data.n_pool < 2:
+        return  # no references: nothing to check
+    reference_rows(cfg, data)
+    stated = cfg.references.recipe
+    if stated is None or not (cfg.model.module or "architecture" in stated):
+        return  # no recipe, or the target's class is not imported for references
+    fields = dict(stated)
+    if "architecture" not in fields:  # the user's class: its path, never imported here
+        fields["architecture"] = "import"
+        fields["arch_params"] = {"path": cfg.model.module, "kwargs": cfg.model.kwargs}
+    recipe = Recipe.from_dict(fields)
+    if data.kind != "image" and recipe.augment:
+        raise ConfigError("references.recipe.augment needs image data.")
 
 
 def reference_models(
@@ -270,6 +420,7 @@ def reference_models(
                                         "probabilities", cfg.model.tolerance,
                                         f"reference {type(model).__name__}", flatten=True))
             seconds.append(fit_seconds)
+        notes += cache.notes
         recipe = {"clone_of": type(target.estimator).__name__,
                   "params": _describe(target.estimator)["params"]}
         return References(modules, membership, seconds, recipe, cache.misses, cache.hits,

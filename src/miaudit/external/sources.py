@@ -6,14 +6,26 @@ Everything that can be queried becomes an ``nn.Module`` returning logits, so the
 log-probabilities: ``softmax(log p) = p``, so they are valid logits for every statistic of the
 bank; a released 0 becomes ``log(FLOOR)``, as for output defences.
 
-Unpickling a scikit-learn estimator runs code stored in the file: load only your own files.
+Two forms run code that the user names, and nothing else here does:
+
+- ``model.estimator`` (``--estimator``): unpickling a scikit-learn estimator runs code stored
+  in the file. It is the one pickle miaudit loads (weights are read with safetensors or
+  ``torch.load(weights_only=True)``, outputs and data with ``allow_pickle=False``), so each
+  audit warns before loading it (:data:`PICKLE_WARNING`): audit only files you made or trust.
+- ``model.module`` (``--model``) and ``model.predict`` (``--predict``) import the module they
+  name, which runs its top-level code, as a script would: a config naming code is as trusted
+  as that code. Every other input is checked first (:func:`check_model_files` here, then the
+  data, rows and references in :mod:`miaudit.external.run`), so a bad input is refused
+  before any of it runs.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+import logging
 import pickle
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +44,15 @@ from miaudit.report.formatting import plural
 from miaudit.signals.defences import FLOOR
 
 _PROBE_ROWS = 64  # rows used to check a black box's output once at load time
+log = logging.getLogger(__name__)
+
+# Said (stderr, and in the report's notes) before an estimator file is unpickled
+PICKLE_WARNING = (
+    "loading {path} unpickles it, which runs any code stored in the file with your "
+    "permissions: audit only estimator files you made or trust. To audit a model without "
+    "loading a pickle, give its outputs (--outputs / model.outputs) or a prediction function "
+    "of your own (--predict / model.predict)."
+)
 
 
 @dataclass
@@ -194,13 +215,53 @@ def fit_weights(module: nn.Module, state: dict[str, torch.Tensor], where: str) -
     module.load_state_dict(state, strict=True)
 
 
-def load_estimator(path: str | Path, n_features: int, num_classes: int) -> Any:
-    """A fitted scikit-learn classifier with predict_proba, checked against the data."""
+def _check_readable(path: Path, what: str, hint: str) -> None:
+    """DataError unless ``path`` is a file this process can read (a byte of it is read)."""
+    if not path.is_file():
+        raise DataError(f"{what} {path} does not exist; {hint}")
+    try:
+        with open(path, "rb") as handle:
+            handle.read(1)
+    except OSError as exc:
+        raise DataError(f"{what} {path} cannot be read: {exc.strerror or exc}.") from exc
+
+
+def check_model_files(spec: ModelSection) -> None:
+    """The model's own files, checked before anything is loaded or imported: the weights of
+    ``model.module`` and the file ``model.estimator``, ``model.module`` or ``model.predict``
+    names (a .py file must exist). Raises DataError or ConfigError; imports nothing. An
+    in-memory model (the Python API's) has no files: its ``module`` only names its class."""
+    if spec.instance is not None:
+        return
+    if spec.module:
+        if not spec.weights:
+            raise ConfigError(f"model.module {spec.module!r} needs model.weights (--weights): "
+                              "the trained state_dict of the class.")
+        _check_readable(Path(spec.weights), "weights file", "check the path.")
+    if spec.estimator:
+        _check_readable(Path(spec.estimator), "estimator file", "check the path.")
+    for flag, name in (("--model", spec.module), ("--predict", spec.predict)):
+        where = str(name).split(":")[0] if name and str(name).count(":") == 1 else ""
+        if where.endswith(".py"):
+            _check_readable(Path(where).expanduser(), f"{flag} {name!r}: module file",
+                            "check the path.")
+
+
+def load_estimator(
+    path: str | Path, n_features: int, num_classes: int, notes: list[str] | None = None
+) -> Any:
+    """A fitted scikit-learn classifier with predict_proba, checked against the data.
+
+    Unpickling runs code stored in the file: :data:`PICKLE_WARNING` is logged first (shown
+    by the command line without -v) and added to ``notes`` (the report's)."""
     import joblib
 
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"estimator file {path} does not exist; check the path.")
+    _check_readable(path, "estimator file", "check the path.")
+    warning = PICKLE_WARNING.format(path=path)
+    log.warning(warning)
+    if notes is not None:
+        notes.append(warning)
     try:
         estimator = joblib.load(path)  # reads joblib dumps and plain pickles
     except Exception as exc:  # unpickling can fail in many ways
@@ -282,8 +343,14 @@ def load_outputs(
             raise DataError(f"{problem}: an outputs .npz holds 'logits' or 'probabilities' "
                             "[n, classes], saved with np.savez(path, logits=...); a table of "
                             "outputs needs its own suffix (.csv or .parquet).")
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise DataError(
+                f"cannot read outputs file {path} ({exc}); object arrays are refused (never "
+                "unpickled): save numeric arrays with np.savez(path, logits=...)."
+            ) from exc
         found = [k for k in ("logits", "probabilities") if k in arrays]
         extra = sorted(set(arrays) - {"logits", "probabilities", "index"})
         if len(found) != 1 or extra:
@@ -323,28 +390,34 @@ def load_outputs(
 
 
 def load_target(
-    spec: ModelSection, input_shape: tuple[int, ...], num_classes: int, probe: np.ndarray
+    spec: ModelSection, input_shape: tuple[int, ...], num_classes: int, probe: np.ndarray,
+    words: Mapping[str, str] | None = None,
 ) -> Target:
-    """The model named by ``spec``; ``probe`` (a few audit rows) checks a black box's output."""
+    """The model named by ``spec``; ``probe`` (a few audit rows) checks a black box's output;
+    ``words``: how the caller names ``model.predict`` (:func:`prediction_function`)."""
     if spec.instance is not None:
         return _in_memory_target(spec, input_shape, num_classes, probe)
     if spec.module:
+        if not spec.weights:
+            check_model_files(spec)  # the weights' error, before the class is imported
+        state = load_state(spec.weights)  # read (never unpickled) before the class's import
         with torch.random.fork_rng():  # building the module must not move the caller's RNG
             module = build_model("import", input_shape, num_classes, path=spec.module,
                                  kwargs=spec.kwargs)
-        fit_weights(module, load_state(spec.weights), f"in {spec.weights}")
+        fit_weights(module, state, f"in {spec.weights}")
         return Target("torch", f"{spec.module} + {spec.weights}", module=module.eval())
     if spec.estimator:
         n_features = int(np.prod(input_shape))
-        estimator = load_estimator(spec.estimator, n_features, num_classes)
+        notes: list[str] = []
+        estimator = load_estimator(spec.estimator, n_features, num_classes, notes)
         module = OutputModule(sklearn_predict(estimator), num_classes, "probabilities",
                               spec.tolerance, f"{type(estimator).__name__}.predict_proba",
                               flatten=True)
         module(torch.from_numpy(probe[:_PROBE_ROWS]))  # probabilities checked here
         return Target("sklearn", f"{type(estimator).__name__} from {spec.estimator}",
-                      module=module, estimator=estimator)
+                      module=module, estimator=estimator, notes=notes)
     if spec.predict:
-        fn = prediction_function(spec.predict)
+        fn = prediction_function(spec.predict, words or CONFIG_WORDS)
         return _function_target(fn, spec.predict, spec, num_classes, probe)
     outputs, notes = {}, []
     for part, path in (("data", spec.outputs), ("public", spec.public_outputs)):

@@ -62,7 +62,9 @@ def resolve_object(spec: str) -> Any:
 
     ``Name`` may be dotted (``Outer.Inner``). Modules are found on ``sys.path`` plus the current
     directory. Importing runs the module's top-level code, as any import does: name only code
-    you trust.
+    you trust (a config naming code is as trusted as that code). Callers check every other
+    input first (``miaudit audit``: :mod:`miaudit.external.run`), so a bad input is refused
+    before the module runs; see docs/security.md.
     """
     if not isinstance(spec, str) or spec.count(":") != 1 or spec.endswith(":"):
         raise ConfigError(
