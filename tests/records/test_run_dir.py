@@ -226,13 +226,37 @@ def test_a_rerun_says_which_of_its_previous_files_it_removes(tmp_path, caplog):
             "does not") in caplog.text
 
 
-def test_folders_without_a_run_are_not_another_run(tmp_path):
+def test_folders_without_a_run_are_written_into_only_with_overwrite(tmp_path, caplog):
+    """A non-empty folder of no miaudit run (the user's own files) is refused, unless
+    overwrite: then the run's files go in beside the user's, which are kept."""
     out = tmp_path / "mine"
     out.mkdir()
     (out / "summary.json").write_text("my own notes, not a run's")
     (out / "data.csv").write_text("a,b\n")
-    _made(out)
+    before = _snapshot(tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        _made(out)
+    assert str(refused.value) == (
+        f"{out} is not empty and holds no miaudit run: it holds data.csv, summary.json. This "
+        "`miaudit run` would write its files into it, replacing any of the same names. Give "
+        "--out a new or empty folder, or --overwrite (overwrite=True in Python) to write into "
+        "this one (its other files are kept). Nothing was written.")
+    assert _snapshot(tmp_path) == before  # no lock, no staging folder left
+    with caplog.at_level(logging.WARNING):
+        _made(out, overwrite=True)
+    assert f"writing into {out}, which held no miaudit run (--overwrite): replaced " \
+           "summary.json" in caplog.text
     assert (out / "data.csv").read_text() == "a,b\n"
+    assert (out / "config.yaml").read_text() == "run\n"
+    # an empty folder, and one holding only the run's own inputs, are fine
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _made(empty)
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "bank.npz").write_text("bank")
+    _made(inputs, keep=(inputs / "bank.npz",))
+    assert (inputs / "bank.npz").read_text() == "bank"
     # a run of an earlier version (no identity recorded) is another run
     old = tmp_path / "old"
     old.mkdir()

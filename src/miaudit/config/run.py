@@ -40,6 +40,7 @@ from miaudit.config.sections import (
     compute_section,
 )
 from miaudit.errors import ConfigError
+from miaudit.records.run_dir import check_run_name
 
 # Keys renamed in this release: old dotted key -> new one. The old spelling still works for one
 # release and warns that it is now the new one; giving both is an error.
@@ -171,6 +172,7 @@ def _check_types(cfg: RunConfig) -> None:
         if not cond:
             raise ConfigError(message)
 
+    check_run_name(cfg.name)  # it names the folder runs/<name>: a name, never a path
     need(isinstance(cfg.seed, int) and not isinstance(cfg.seed, bool) and cfg.seed >= 0,
          f"seed must be an integer >= 0 (it seeds numpy's generators); got {cfg.seed!r}.")
     if cfg.signals is None:  # `signals:` left empty in the YAML

@@ -35,13 +35,14 @@ from miaudit.privacy.run_canaries import (
 )
 from miaudit.privacy.white_box import gradient_canaries_csv, white_box_audit
 from miaudit.records.outcomes import AttackOutcome, AuditResult
-from miaudit.records.run_dir import StagedRunDir
+from miaudit.records.run_dir import StagedRunDir, check_run_name
 from miaudit.report import format_table, write_report
 from miaudit.report.plots import calibration_figure
 from miaudit.train.cluster import write_training_document
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
+    check_run_name(cfg.name)  # a RunConfig built in Python skipped its _check
     return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
 
 
