@@ -34,7 +34,7 @@ SHARED = (
     "metrics.fprs", "metrics.bootstrap", "metrics.confidence", "metrics.recalls",
     "metrics.epsilon_delta", "metrics.epsilon_alpha", "metrics.split_check",
     "compute.executor", "compute.address", "compute.cpus_per_model", "compute.gpus_per_model",
-    "compute.max_retries",
+    "compute.max_retries", "compute.connect_timeout_s",
 )
 # Spelled alike, defaulted apart on purpose (the reason is in both fields' docstrings).
 DIFFERENT_DEFAULTS = {

@@ -14,7 +14,13 @@ import yaml
 from miaudit.cli import audit as audit_cli
 from miaudit.cli import study as study_cli
 from miaudit.cli.compute import add_compute_flags, compute_flags
-from miaudit.errors import MiauditError
+from miaudit.errors import (
+    SYSTEM_ERRNOS,
+    MiauditError,
+    WriteError,
+    describe_os_error,
+    os_error_number,
+)
 
 OVERWRITE_HELP = ("replace the run in the output folder even if another command or config "
                   "made it (refused otherwise; rerunning the same config needs no flag)")
@@ -224,6 +230,89 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _carries_os_error(exc: BaseException) -> bool:
+    """An error of a library that wraps an OS error in its own type (safetensors'
+    ``SafetensorError``: "I/O error: No space left on device (os error 28)")."""
+    return type(exc).__name__ == "SafetensorError" and os_error_number(exc) is not None
+
+
+def _failing_path(exc: BaseException) -> str | None:
+    """The file an OSError met, when the error does not name it (a ``write`` on a full disk
+    names none): the target of the innermost atomic write (:mod:`miaudit.io`) or open file
+    of the frames it came through, else None (the error's own filename, if any, is used)."""
+    import io
+
+    if getattr(exc, "filename", None) is not None:
+        return None
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        names = tb.tb_frame.f_locals
+        if tb.tb_frame.f_globals.get("__name__") == "miaudit.io" and "path" in names:
+            found = str(names["path"])
+        else:
+            files = [v.name for v in names.values()
+                     if isinstance(v, io.IOBase) and isinstance(getattr(v, "name", None), str)]
+            found = files[-1] if files else found
+        tb = tb.tb_next
+    return found
+
+
+def _cache_kept() -> str | None:
+    """What the model cache holds of this command's training, from the process's ledger
+    (None if this command trained nothing)."""
+    loaded = sys.modules.get("miaudit.train.ledger")
+    if loaded is None:
+        return None
+    ledger = loaded.training_ledger()
+    if ledger.planned == 0:
+        return None
+    if ledger.stored == 0:
+        return "no model of this command finished training and was stored in the model cache"
+    if ledger.stored == ledger.planned:
+        what = "the model" if ledger.planned == 1 else f"all {ledger.planned} models"
+        return f"{what} this command trained {'is' if ledger.planned == 1 else 'are'} in the " \
+               "model cache (a rerun reuses them)"
+    one = ledger.stored == 1
+    return (f"{ledger.stored} of the {ledger.planned} models this command set out to train "
+            f"{'is' if one else 'are'} in the model cache (a rerun reuses "
+            f"{'it' if one else 'them'} and trains the other {ledger.lost})")
+
+
+def _kept(args: argparse.Namespace) -> str | None:
+    """What a command that failed on a fault of the system left in place, in words."""
+    if args.command == "study":
+        return ("finished cells are saved and every model that finished training is cached; "
+                "rerun the same command to resume")
+    if args.command not in ("run", "demo", "audit", "attack"):
+        return None
+    parts = ["the output folder is replaced only when the command succeeds: its previous run, "
+             "if any, is as it was (the failed run's staging folder is discarded)"]
+    cache = _cache_kept() if args.command != "attack" else None
+    return "; ".join([*parts, cache] if cache else parts)
+
+
+def _system_error(args: argparse.Namespace, exc: BaseException) -> int:
+    """A fault met on the way (a full disk, a read-only folder, an unreachable host, no
+    memory left) in words: what happened, what to do, what was kept. Exit 1 for a fault of the
+    system (:data:`~miaudit.errors.SYSTEM_ERRNOS`, memory), 2 for a path that cannot be used
+    (read-only, forbidden, missing: choose another)."""
+    if isinstance(exc, MemoryError):
+        what = f"out of memory{(': ' + str(exc)) if str(exc) else ''}"
+        todo = ("lower what the command holds at once (dataset.max_length, signals.batch_size, "
+                "recipe.batch_size, fewer models or queries) or run it on a machine with more "
+                "memory")
+        code = 1
+    else:
+        what, todo = describe_os_error(exc, _failing_path(exc))
+        number = os_error_number(exc)
+        code = 1 if number is None or number in SYSTEM_ERRNOS else 2
+    print(f"miaudit: error: {what}.\n  to fix: {todo}.", file=sys.stderr)
+    kept = _kept(args)
+    if kept:
+        print(f"  kept: {kept}.", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -244,7 +333,18 @@ def main(argv: list[str] | None = None) -> int:
             return args.fn(args)
     except MiauditError as exc:
         print(f"miaudit: error: {exc}", file=sys.stderr)
-        return 2
+        code = int(getattr(exc, "exit_code", 2))
+        if isinstance(exc, WriteError) or code != 2:  # a fault: say what the command kept
+            kept = _kept(args)
+            if kept:
+                print(f"  kept: {kept}.", file=sys.stderr)
+        return code
+    except (OSError, MemoryError) as exc:
+        return _system_error(args, exc)
+    except Exception as exc:
+        if _carries_os_error(exc):  # safetensors' own error type, naming the OS error
+            return _system_error(args, exc)
+        raise
     except KeyboardInterrupt:
         if args.command == "study":  # cells (and their models) finish in worker processes
             message = ("interrupted: finished cells are saved and every model that finished "

@@ -9,7 +9,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
-from miaudit.config.sections import WHITE_BOX_NOISE, WHITE_BOX_THREAT_MODELS, CanariesConfig
+from miaudit.config.sections import (
+    MAX_GRADIENT_CANARIES,
+    WHITE_BOX_NOISE,
+    WHITE_BOX_THREAT_MODELS,
+    CanariesConfig,
+)
 from miaudit.errors import ConfigError
 
 
@@ -44,6 +49,11 @@ def check_canaries_section(canaries: CanariesConfig | None, design: str) -> Cana
             raise ConfigError(f"canaries.exposure_candidates must be an integer >= 20 (the "
                               f"sample exposure is estimated from); got {n!r}.")
     _check_gradient_options(canaries, kind.white_box)
+    if kind.white_box:
+        _check_gradient_count(count)
+    elif count == 0 and canaries.kind != CanariesConfig().kind:
+        raise ConfigError(f"canaries.kind {canaries.kind} with canaries.count 0 adds no canaries: "
+                          f"set canaries.count >= 1, or remove the canaries section.")
     if count == 0:
         return canaries
     resolve_guesses(canaries.guesses, count)
@@ -55,6 +65,27 @@ def check_canaries_section(canaries: CanariesConfig | None, design: str) -> Cana
             f"them; references never do); the {design} design is not supported yet."
         )
     return canaries
+
+
+def _check_gradient_count(count: int) -> None:
+    """Gradient canaries: at least one (none would be a white-box audit that silently never
+    runs), and no more than :data:`~miaudit.config.sections.MAX_GRADIENT_CANARIES` (the target
+    model's own limit, one parameter per Dirac canary, is checked as it is built)."""
+    if count < 1:
+        raise ConfigError(
+            "gradient canaries need canaries.count >= 1: the number of white-box canaries in the "
+            "target's DP-SGD steps (examples/dp-whitebox.yaml uses 10,000 of its MLP's 19,210 "
+            "weights); without it no white-box audit runs. Set the count, or remove the "
+            "canaries section."
+        )
+    if count > MAX_GRADIENT_CANARIES:
+        raise ConfigError(
+            f"canaries.count {count:,} is more gradient canaries than a run takes (at most "
+            f"{MAX_GRADIENT_CANARIES:,}): each needs its own parameter of the target model (no "
+            f"model has more canaries than parameters), the run records 24 bytes per canary "
+            f"per DP-SGD step, and the one-run bound's test slows with the count. The papers' "
+            f"white-box audits use 1,000 to 50,000; lower canaries.count."
+        )
 
 
 def _check_gradient_options(c: CanariesConfig, white_box: bool) -> None:

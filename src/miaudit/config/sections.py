@@ -25,6 +25,14 @@ WHITE_BOX_THREAT_MODELS = ("every-iterate", "final-model")
 # canaries.noise: the σ of the every-iterate likelihood score (canary_scores' noise): each
 # step's own estimate, one estimate over the whole run, or the accountant's σ
 WHITE_BOX_NOISE = ("per-step", "estimated", "claimed")
+# The most gradient canaries one run takes (canaries.count with kind gradient). Each needs its
+# own coordinate of the model's weights (a Dirac canary) or a dense direction over all of them
+# (random: count x parameters floats), so no model holds more than it has parameters (checked
+# on the target as it is built, before its first step); and the run's record keeps 24 bytes
+# per canary per DP-SGD step (1,000,000 canaries: 24 MB a step, 2.4 GB over 100 steps), while
+# the one-run bound's test slows with the count (~2 s at this limit). The papers' white-box
+# audits use 1,000 to 50,000.
+MAX_GRADIENT_CANARIES = 1_000_000
 
 
 @dataclass
@@ -257,15 +265,18 @@ class ComputeConfig:
     ``address``: ``None`` starts a local Ray instance bound to loopback; ``auto`` or
     ``ray://host:port`` joins a running cluster (``--ray-address``). Each Ray task asks for
     ``cpus_per_model`` CPUs and ``gpus_per_model`` GPUs, and is retried up to ``max_retries``
-    times when its worker dies. Where a model trains is not in its cache key, and on CPU it
-    changes neither the weights nor the scores: it is not part of the run's identity either
-    (rerunning with ``--executor ray`` replaces the same run)."""
+    times when its worker dies. ``connect_timeout_s``: how long to wait for the cluster at
+    ``address`` to answer (``--ray-timeout``); a refused, unreachable or silent address is
+    refused with its name and the fix, before anything trains. Where a model trains is not in
+    its cache key, and on CPU it changes neither the weights nor the scores: it is not part of
+    the run's identity either (rerunning with ``--executor ray`` replaces the same run)."""
 
     executor: str = "local"
     address: str | None = None
     cpus_per_model: float = 1.0
     gpus_per_model: float = 0.0
     max_retries: int = 3
+    connect_timeout_s: float = 30.0
 
     def to_compute(self) -> Any:
         """The checked :class:`~miaudit.train.cluster.Compute` (ConfigError naming the key)."""

@@ -29,6 +29,14 @@ FILE_SUFFIXES = (".npz", ".csv", ".parquet", ".pq", ".jsonl")
 PREPROCESSING = ("standard", "raw")
 _UNDECLARED = "the loader's own (not declared)"
 
+# Text datasets: each text is cut to its first MAX_TEXT_CHARS characters as it loads, before
+# tokenization, so one huge text cannot make tokenization hold gigabytes (the tokenizer reads
+# the whole text before dataset.max_length cuts its tokens). A million characters is ~250,000
+# tokens, far beyond any max_length. The option `max_text_chars` of every dataset sets it
+# (null: no cap); the dataset's notes (hence the report) count the texts cut.
+MAX_TEXT_CHARS = 1_000_000
+TEXT_CAP_OPTION = "max_text_chars"
+
 
 @dataclass(frozen=True)
 class DatasetInfo:
@@ -222,6 +230,10 @@ def load_dataset(
     Raises `DataError` for an unknown name (with a close match), an unknown option, an
     unknown or refused `preprocessing` value, or a dataset whose files are absent (saying how
     to fetch them). The returned dataset's `preprocessing` says what was done to the values.
+
+    Every text dataset also takes `max_text_chars` (default :data:`MAX_TEXT_CHARS`; None: no
+    cap): each longer text is cut to its first that many characters before tokenization, and
+    the notes count them (:func:`cap_texts`).
     """
     name = os.fspath(name)
     if _looks_like_file(name):
@@ -229,6 +241,8 @@ def load_dataset(
             raise DataError(f"got both a file name {name!r} and path=...; pass only one")
         options["path"] = name
         name = "file"
+    cap_given = TEXT_CAP_OPTION in options
+    cap = _check_text_cap(options.pop(TEXT_CAP_OPTION, MAX_TEXT_CHARS))
     entry = _entry(name)
     unknown = sorted(set(options) - set(entry.options))
     if unknown:
@@ -236,6 +250,8 @@ def load_dataset(
         raise DataError(
             f"dataset {name!r} does not accept option(s) {', '.join(unknown)}; "
             f"accepted options (with defaults): {accepted}"
+            + (f"; text datasets also {TEXT_CAP_OPTION}={MAX_TEXT_CHARS}"
+               if entry.kind == "text" or entry.name == "file" else "")
         )
     merged = {**entry.options, **options}
     mode = merged.pop("preprocessing")
@@ -249,10 +265,60 @@ def load_dataset(
         )
     if entry.preprocessing:  # loaders that declare none never receive the option
         merged["preprocessing"] = mode
+    if cap_given and entry.name != "file" and entry.kind != "text":
+        _not_text(name, entry.kind)  # before any file is read
     dataset = entry.loader(folder, **merged)
-    if dataset.preprocessing:  # the loader stated it more precisely itself
+    if not dataset.preprocessing:  # else the loader stated it more precisely itself
+        dataset = dataclasses.replace(dataset,
+                                      preprocessing=f"{mode}: {_offered(entry)[mode]}")
+    if dataset.kind == "text":
+        return cap_texts(dataset, cap)
+    if cap_given:
+        _not_text(name, dataset.kind)
+    return dataset
+
+
+def _not_text(name: str, kind: str) -> None:
+    raise DataError(f"dataset {name!r} loads as {kind} data: the option {TEXT_CAP_OPTION} "
+                    f"applies to text datasets only; drop it")
+
+
+def _check_text_cap(value: Any) -> int | None:
+    """The option ``max_text_chars``: a whole number >= 1, or None (no cap)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DataError(
+            f"option {TEXT_CAP_OPTION} must be a whole number of characters >= 1 (each text "
+            f"is cut to that many before tokenization; default {MAX_TEXT_CHARS:,}) or null for "
+            f"no cap; got {value!r}"
+        )
+    return value
+
+
+def cap_texts(dataset: Dataset, cap: int | None = MAX_TEXT_CHARS) -> Dataset:
+    """A text dataset with each text longer than ``cap`` characters cut to its first ``cap``
+    (None: as it is), the count in its notes and preprocessing; the dataset itself when no
+    text is that long."""
+    if cap is None:
         return dataset
-    return dataclasses.replace(dataset, preprocessing=f"{mode}: {_offered(entry)[mode]}")
+    texts = dataset.features
+    long = [i for i, text in enumerate(texts) if len(text) > cap]
+    if not long:
+        return dataset
+    longest = max(len(texts[i]) for i in long)
+    cut = texts.copy()
+    for i in long:
+        cut[i] = texts[i][:cap]
+    many = len(long) > 1
+    note = (f"{len(long)} of {len(texts)} texts {'were' if many else 'was'} longer than "
+            f"{cap:,} characters (the longest {longest:,}) and cut to {'their' if many else 'its'} "
+            f"first {cap:,} before tokenization (data rows {long[:10]}"
+            f"{' ...' if len(long) > 10 else ''}; option {TEXT_CAP_OPTION})")
+    notes = f"{dataset.notes}; {note}" if dataset.notes else note
+    done = f"texts over {cap:,} characters cut to their first {cap:,}"
+    preprocessing = f"{dataset.preprocessing}; {done}" if dataset.preprocessing else done
+    return dataclasses.replace(dataset, features=cut, notes=notes, preprocessing=preprocessing)
 
 
 def fetch_dataset(

@@ -64,6 +64,39 @@ def numpy_file_problem(path: str | Path, kind: str) -> str | None:
     return f"{path} {found}, not {_NUMPY_WHAT[kind]}"
 
 
+def read_npz_arrays(path: str | Path, keys: list[str] | None = None,
+                    what: str = "data file") -> dict[str, np.ndarray]:
+    """The arrays ``keys`` (default: every array) of the .npz at ``path``, never unpickled:
+    a DataError naming the file and the array when one holds Python objects (NumPy refuses
+    them with allow_pickle=False) or the archive cannot be read. A key not in the file is left
+    out (the caller says what it needs)."""
+    import zipfile
+
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            present = list(npz.files)
+            out = {}
+            for key in present if keys is None else [k for k in keys if k in present]:
+                try:
+                    out[key] = npz[key]
+                except ValueError as exc:
+                    if "allow_pickle" not in str(exc) and "Object arrays" not in str(exc):
+                        raise
+                    raise DataError(
+                        f"{what} {path}: array {key!r} holds Python objects (dtype object): "
+                        "object arrays are refused (never unpickled); save it as a numeric "
+                        "array, e.g. "
+                        f"np.savez(path, {key}=np.asarray(values, dtype=np.float32), ...)"
+                    ) from None
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise DataError(f"cannot read {what} {path} as .npz ({exc}); save it again with "
+                        "np.savez") from exc
+    return out
+
+
 def _check_finite(x: np.ndarray, path: Path) -> None:
     bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
     if bad.any():
@@ -84,24 +117,24 @@ def _load_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
             "np.savez(path, X=features, y=labels); a table needs its own suffix (.csv, .jsonl "
             "or .parquet)"
         )
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            keys = list(npz.keys())
-            if "X" not in keys or "y" not in keys:
-                raise DataError(
-                    f"{path} holds keys {keys}; it needs 'X' (features) and 'y' (labels): "
-                    "save it with np.savez(path, X=features, y=labels)"
-                )
-            x, y = npz["X"], npz["y"]
-    except (OSError, ValueError, EOFError) as exc:
+    arrays = read_npz_arrays(path, ["X", "y"])
+    if "X" not in arrays or "y" not in arrays:
+        keys = _npz_keys(path)
         raise DataError(
-            f"cannot read {path} as .npz ({exc}); object arrays are refused: save numeric arrays"
-        ) from exc
+            f"{path} holds keys {keys}; it needs 'X' (features) and 'y' (labels): "
+            "save it with np.savez(path, X=features, y=labels)"
+        )
+    x, y = arrays["X"], arrays["y"]
     if x.dtype.kind not in "biuf":
         raise DataError(f"{path}: X has dtype {x.dtype}; features must be numeric")
     if y.ndim != 1:
         raise DataError(f"{path}: y has shape {y.shape}; labels must be one value per row [N]")
     return x, y
+
+
+def _npz_keys(path: Path) -> list[str]:
+    with np.load(path, allow_pickle=False) as npz:
+        return list(npz.files)
 
 
 def _image_layout(x: np.ndarray, path: Path, notes: list[str], raw: bool = False) -> np.ndarray:
@@ -193,9 +226,32 @@ def _read_table(
         raise DataError(f"cannot read {path} as {fmt}: {exc}") from exc
 
 
+def _check_cells(df: pd.DataFrame, path: Path, role: str = "feature") -> None:
+    """Each cell of a table one value: a DataError naming the file, the column and the first
+    row whose cell holds a list, array, mapping or set (a nested .parquet / .jsonl column),
+    which no column of numbers or categories can hold."""
+    nested = (list, tuple, dict, set, np.ndarray)
+    for column in df.columns:
+        if df[column].dtype != object:
+            continue
+        for row, value in enumerate(df[column].tolist()):
+            if isinstance(value, nested):
+                shown = repr(value if not isinstance(value, np.ndarray) else value.tolist())
+                shown = shown if len(shown) <= 40 else shown[:37] + "..."
+                fix = ("give one label per row (a number or a name)" if role == "label" else
+                       "spread its elements over columns of their own, one value each, or drop "
+                       "the column")
+                raise DataError(
+                    f"{path}: {role} column {str(column)!r} holds a {type(value).__name__} in "
+                    f"data row {row} (counted from 0; {shown}), where a {role} cell must be one "
+                    f"value (a number or a category); {fix}"
+                )
+
+
 def _table_features(df: pd.DataFrame, path: Path, notes: list[str]) -> tuple[np.ndarray, list[str]]:
     import pandas as pd
 
+    _check_cells(df, path)
     missing = [str(c) for c in df.columns if df[c].isna().any()]
     if missing:
         raise DataError(
@@ -271,6 +327,7 @@ def load_file(
     elif suffix in _TABLE_SUFFIXES:
         df = _read_table(path, _TABLE_SUFFIXES[suffix])
         _need_column(df, label_column, "label", path)
+        _check_cells(df[[label_column]], path, "label")
         y_raw = df[label_column].to_numpy()
         x, _ = _table_features(df.drop(columns=[label_column]), path, notes)
         if kind == "image":
@@ -386,6 +443,7 @@ def _load_text_file(
     if not keep.any():
         raise DataError(f"{path}: every text is empty; nothing to audit")
     texts = [v for v, k in zip(values, keep, strict=True) if k]
+    _check_cells(df[[label_column]], path, "label")
     labels, classes = _encode(df[label_column].to_numpy()[keep], path)
     notes.append(f"labels mapped to 0..{len(classes) - 1}: {describe_mapping(classes)}")
     repeated = len(texts) - len(set(texts))

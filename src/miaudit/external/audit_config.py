@@ -38,6 +38,7 @@ from miaudit.config import (
     resolve_queries,
 )
 from miaudit.errors import ConfigError
+from miaudit.records.run_dir import check_run_name
 
 OUTPUT_KINDS = ("auto", "logits", "probabilities")
 
@@ -224,6 +225,7 @@ def _check(cfg: AuditConfig) -> None:
         if not cond:
             raise ConfigError(message)
 
+    check_run_name(cfg.name)  # it names the folder runs/<name>: a name, never a path
     m = cfg.model
     given = [k for k in ("module", "hf_model", "estimator", "predict", "outputs")
              if getattr(m, k)]
@@ -315,8 +317,13 @@ def _check_claim(m: ModelSection) -> None:
     if m.dp_epsilon is None:
         return
     eps = m.dp_epsilon
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-        raise ConfigError(f"model.dp_epsilon must be a number > 0 (the claimed ε); got {eps!r}.")
+    # inf and nan as well: "ε = ∞" claims nothing, and would print as "claimed ε -"
+    if (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0
+            or eps == float("inf")):
+        raise ConfigError(f"model.dp_epsilon must be a number > 0 (the claimed ε, "
+                          f"--dp-epsilon): ε must be a finite number > 0, e.g. 8; got {eps!r}. "
+                          f"A model without a DP claim takes neither --dp-epsilon nor "
+                          f"--dp-delta.")
     check_delta(m.dp_delta, "model.dp_delta")
 
 

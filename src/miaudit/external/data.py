@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.data import Dataset, load_dataset
-from miaudit.data.user_files import numpy_file_problem
+from miaudit.data.user_files import numpy_file_problem, read_npz_arrays
 from miaudit.errors import ConfigError, DataError
 from miaudit.external.audit_config import AuditConfig
 from miaudit.report.formatting import plural
@@ -140,32 +140,59 @@ def _load_with_column(cfg: AuditConfig) -> tuple[Dataset, np.ndarray]:
         if problem:
             raise DataError(f"{problem}: a membership column in a .npz is an array beside X "
                             "and y (np.savez(path, X=..., y=..., member=...)).")
-        with np.load(path, allow_pickle=False) as npz:
-            if column not in npz.files:
-                raise DataError(f"{path} has no array {column!r}; it holds {npz.files}.")
-            flags = npz[column]
+        flags_read = read_npz_arrays(path, [column], "data file")
+        if column not in flags_read:
+            with np.load(path, allow_pickle=False) as npz:
+                held = list(npz.files)
+            raise DataError(f"{path} has no array {column!r}; it holds {held}.")
+        flags = flags_read[column]
         dataset = load_dataset(str(path), cfg.data_dir, **cfg.data.options)
     elif path.suffix.lower() in (".csv", ".parquet", ".pq"):
-        import pandas as pd
-
-        df = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+        df = _read_table(path, "data file")
         if column not in df.columns:
             raise DataError(f"{path} has no column {column!r}; its columns: {list(df.columns)}.")
         flags = df.pop(column).to_numpy()
         with tempfile.TemporaryDirectory() as tmp:  # the same file minus the column
             copy = Path(tmp) / path.name
             df.to_csv(copy, index=False) if path.suffix == ".csv" else df.to_parquet(copy)
-            dataset = load_dataset(str(copy), cfg.data_dir, **cfg.data.options)
+            try:
+                dataset = load_dataset(str(copy), cfg.data_dir, **cfg.data.options)
+            except DataError as exc:  # named as the user's file, not the copy
+                raise DataError(str(exc).replace(str(copy.resolve()), str(path))
+                                .replace(str(copy), str(path))) from exc
         dataset = dataclasses.replace(dataset, source=str(path.resolve()))
     else:
         raise DataError(f"{path}: a membership column needs a .npz, .csv or .parquet file.")
     flags = np.asarray(flags)
-    if flags.shape != (len(dataset),) or not np.isin(flags, (0, 1)).all():
+    nested = flags.dtype == object and any(
+        isinstance(v, (list, tuple, dict, set, np.ndarray)) for v in flags.ravel())
+    try:
+        valid = (not nested and flags.shape == (len(dataset),)
+                 and bool(np.isin(flags, (0, 1)).all()))
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
         raise DataError(
             f"{path}: membership column {column!r} must hold one 0/1 (or true/false) value per "
-            "row: 1 = the model trained on the row."
+            f"row: 1 = the model trained on the row (found {flags.dtype} values of shape "
+            f"{flags.shape} for {len(dataset)} rows)."
         )
     return dataset, flags.astype(bool)
+
+
+def _read_table(path: Path, what: str) -> Any:
+    """A .csv or .parquet file as a DataFrame; a DataError naming the file when it cannot be
+    read as one."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+    except pd.errors.EmptyDataError as exc:
+        raise DataError(f"{what} {path} is empty; it needs a header and at least one row.") \
+            from exc
+    except (OSError, ValueError, ImportError, pd.errors.ParserError) as exc:
+        kind = "CSV" if path.suffix.lower() == ".csv" else "Parquet"
+        raise DataError(f"cannot read {what} {path} as {kind}: {exc}") from exc
 
 
 def _label_mapping(ds: Dataset) -> str | None:
@@ -195,16 +222,20 @@ def _check_table_columns(a: str, b: str, ignore: str | None) -> None:
     pa, pb = Path(a), Path(b)
     if not (pa.is_file() and pb.is_file()):
         return
-    if {pa.suffix.lower(), pb.suffix.lower()} <= {".csv"}:
-        import pandas as pd
+    try:
+        if {pa.suffix.lower(), pb.suffix.lower()} <= {".csv"}:
+            import pandas as pd
 
-        ca, cb = list(pd.read_csv(pa, nrows=0).columns), list(pd.read_csv(pb, nrows=0).columns)
-    elif {pa.suffix.lower(), pb.suffix.lower()} <= {".parquet", ".pq"}:
-        import pyarrow.parquet as pq
+            ca = list(pd.read_csv(pa, nrows=0).columns)
+            cb = list(pd.read_csv(pb, nrows=0).columns)
+        elif {pa.suffix.lower(), pb.suffix.lower()} <= {".parquet", ".pq"}:
+            import pyarrow.parquet as pq
 
-        ca, cb = pq.read_schema(pa).names, pq.read_schema(pb).names
-    else:
-        return
+            ca, cb = pq.read_schema(pa).names, pq.read_schema(pb).names
+        else:
+            return
+    except (OSError, ValueError, UnicodeDecodeError, ImportError):
+        return  # unreadable: each file's own loader says what is wrong with it, and which
     ca = [c for c in ca if c != ignore]
     if ca != cb:
         only_a, only_b = [c for c in ca if c not in cb], [c for c in cb if c not in ca]

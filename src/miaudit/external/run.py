@@ -4,6 +4,7 @@ permits, rank the most exposed training samples, state what it means, write the 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +24,15 @@ from miaudit.external.audit_config import (
 from miaudit.external.data import AuditData, build_audit_data
 from miaudit.external.exposed import exposure_csv, rank_exposed, thumbnail_figure
 from miaudit.external.hf_folder import default_attacks, hf_task, load_hf_target, reference_note
-from miaudit.external.references import References, reference_models
-from miaudit.external.sources import Target, load_target, prediction_function
+from miaudit.external.references import References, check_reference_inputs, reference_models
+from miaudit.external.sources import Target, check_model_files, load_target
 from miaudit.io import write_json, write_text
 from miaudit.models.hf import CAUSAL_LM, is_adapter_folder
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.pipeline.split_check import split_check
 from miaudit.privacy.sections import privacy_line
 from miaudit.records.outcomes import AuditResult
-from miaudit.records.run_dir import StagedRunDir
+from miaudit.records.run_dir import StagedRunDir, check_run_name
 from miaudit.report import format_table, write_report
 from miaudit.report.exposure import EXPOSURE_FIGURE
 from miaudit.report.split import split_line
@@ -45,6 +46,7 @@ _SEEN_AS = {"torch": "outputs (logits or probabilities)", "sklearn": "predicted 
 
 
 def run_dir(cfg: AuditConfig) -> Path:
+    check_run_name(cfg.name)  # an AuditConfig built in Python skipped its _check
     return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
 
 
@@ -124,10 +126,13 @@ def _claim(cfg: AuditConfig) -> dict[str, float] | None:
 
 
 def run_audit(
-    cfg: AuditConfig, progress: bool = True, echo: bool = True, overwrite: bool = False
+    cfg: AuditConfig, progress: bool = True, echo: bool = True, overwrite: bool = False,
+    predict_words: Mapping[str, str] | None = None,
 ) -> tuple[AuditResult, Path]:
     """The whole audit; writes audit.yaml, training.json, bank.npz, exposed.csv, verdict.txt
-    and the report.
+    and the report. ``predict_words``: how the caller names ``model.predict`` in the message
+    refusing a class there (:func:`miaudit.external.sources.prediction_function`; default
+    the config's and the command line's words).
 
     Everything is written into a staging folder that replaces the previous run's files only
     when this audit succeeds (io.StagedRunDir): bad input or an interruption leaves the
@@ -140,14 +145,16 @@ def run_audit(
     # and attacks listed that the bank could not support (the default list skips them)
     check_listed_attacks(cfg, causal_lm=task == CAUSAL_LM, base_model=bool(
         cfg.model.base_model or (cfg.model.hf_model and is_adapter_folder(cfg.model.hf_model))))
-    if cfg.model.predict:  # and a class named as a prediction function (it needs weights)
-        prediction_function(cfg.model.predict)
+    # the model's own files (weights, estimator, a .py file named), before any work; the code
+    # that model.module / model.predict name is imported only once every input was checked
+    # (in _audit_into, after the data, the rows and the references' inputs)
+    check_model_files(cfg.model)
     cfg.compute = compute_section(cfg.compute)  # and where the references train
     out = run_dir(cfg)
     with StagedRunDir(out, command="audit", name=cfg.name, config=identity_config(cfg.to_dict()),
                       defaults=identity_config(AuditConfig().to_dict()),
                       overwrite=overwrite) as stage:
-        result = _audit_into(cfg, names, stage, progress)
+        result = _audit_into(cfg, names, stage, progress, predict_words)
     if echo:
         verdict = result.meta["verdict"]
         print(format_table(result))
@@ -169,7 +176,8 @@ def run_audit(
     return result, out
 
 
-def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -> AuditResult:
+def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool,
+                predict_words: Mapping[str, str] | None = None) -> AuditResult:
     """The work of `run_audit`, written into `out` (the staging folder)."""
     write_text(out / "audit.yaml", dump_audit_config(cfg))
     start = time.perf_counter()
@@ -185,8 +193,16 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool) -
             "numeric features."
         )
     else:
+        if cfg.model.module or cfg.model.predict:  # what can be checked without their code,
+            # before it is imported (load_target): the signals, the attacks listed and the
+            # references' inputs, for the kind of target the config names
+            kind = "torch" if cfg.model.module else "function"
+            audit_signals(cfg, data.kind, kind)
+            check_listed_attacks(cfg, causal_lm=False, base_model=bool(cfg.model.base_model),
+                                 kind=data.kind, target_kind=kind)
+            check_reference_inputs(cfg, data)
         target = load_target(cfg.model, data.input_shape, data.num_classes,
-                             data.features[:64])
+                             data.features[:64], predict_words)
     audit_signals(cfg, data.kind, target.kind)  # a model.augment for no images: before references
     # the attacks listed again, with the data's kind and the target as loaded (a user's .npz
     # is images or a table): before the target is queried or a reference trains

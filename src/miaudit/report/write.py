@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from miaudit.errors import MiauditError
+from miaudit.errors import MiauditError, WriteError, describe_os_error
 from miaudit.io import atomic_open, write_json, write_text
 from miaudit.privacy.sections import privacy_line, recorded_audit, white_box_lines
 from miaudit.records.outcomes import AttackCost, AttackMetrics, AuditResult, read_metrics_entry
@@ -203,11 +203,25 @@ def write_report(
     summary = _strict(summary_document(result))
     summary["files"] = [*run_files, *(p.name for p in paths.values())]
 
-    write_json(paths["metrics"], metrics)
-    write_text(paths["scores"], table_csv)
-    for name, png in figures.items():
-        with atomic_open(paths[name], "wb") as handle:
+    def write_png(path: Path, png: bytes) -> None:
+        with atomic_open(path, "wb") as handle:
             handle.write(png)
-    write_text(paths["report"], page)
-    write_json(paths["summary"], summary)
+
+    _writing(paths["metrics"], write_json, metrics)
+    _writing(paths["scores"], write_text, table_csv)
+    for name, png in figures.items():
+        _writing(paths[name], write_png, png)
+    _writing(paths["report"], write_text, page)
+    _writing(paths["summary"], write_json, summary)
     return paths
+
+
+def _writing(path: Path, write: Any, content: Any) -> None:
+    """``write(path, content)`` (atomic: never a half-written file), an OSError (a full disk,
+    a read-only folder) restated as a :class:`~miaudit.errors.WriteError` naming the file."""
+    try:
+        write(path, content)
+    except OSError as exc:
+        what, todo = describe_os_error(exc, path)
+        raise WriteError(f"cannot write the report file {path}: {what}. Nothing half-written "
+                         f"is kept. To fix: {todo}", exc.errno) from exc

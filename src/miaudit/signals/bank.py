@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from miaudit.errors import BankError
+from miaudit.errors import BankError, BankWriteError, describe_os_error
 from miaudit.io import atomic_path
 from miaudit.signals.mapped import PagedStatistics, model_by_model, read_arrays
 
@@ -201,8 +201,15 @@ class SignalBank:
             if value is not None:
                 arrays[key] = value
         saver = np.savez_compressed if compressed else np.savez
-        with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-            saver(handle, **arrays)
+        try:
+            with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+                saver(handle, **arrays)
+        except OSError as exc:  # a full disk, a read-only or forbidden folder
+            what, todo = describe_os_error(exc, path)
+            raise BankWriteError(
+                f"cannot write the signal bank {path}: {what}. Nothing half-written is kept "
+                f"(a bank file already at {path.name}, if any, is as it was). To fix: {todo}",
+                exc.errno) from exc
         return path
 
     @classmethod

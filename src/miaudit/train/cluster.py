@@ -28,6 +28,8 @@ never by this module, so the local path and ``import miaudit`` do not load it.
 from __future__ import annotations
 
 import contextlib
+import math
+import socket
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from miaudit.errors import ConfigError, MiauditError
+from miaudit.errors import ClusterConnectionError, ConfigError, MiauditError
 from miaudit.runtime.local_ray import LOCAL_RAY_ADDRESS, loopback_only
 from miaudit.train import parallel
 from miaudit.train.checkpoints import CheckpointSpec
@@ -69,6 +71,9 @@ class Compute:
     cpus_per_model: float = 1.0
     gpus_per_model: float = 0.0
     max_retries: int = 3
+    # seconds to wait for the cluster at ``address`` to answer before giving up with a
+    # ClusterConnectionError naming it (a refused port fails at once)
+    connect_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
@@ -87,6 +92,12 @@ class Compute:
                 raise ConfigError(f"compute.{name} must be {kind} >= 0, got {value!r}.")
         if self.cpus_per_model == 0 and self.gpus_per_model == 0:
             raise ConfigError("compute: a model needs cpus_per_model > 0 or gpus_per_model > 0.")
+        timeout = self.connect_timeout_s
+        if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                or not math.isfinite(timeout) or timeout <= 0):
+            raise ConfigError(f"compute.connect_timeout_s must be a finite number of seconds "
+                              f"> 0 (how long to wait for the Ray cluster at compute.address "
+                              f"to answer), got {timeout!r}.")
 
     @property
     def uses_ray(self) -> bool:
@@ -156,11 +167,81 @@ def ray_session(compute: Compute) -> Iterator[Any]:
             ray.init(num_cpus=parallel.usable_cpus(), _node_ip_address=LOCAL_RAY_ADDRESS,
                      **options)  # fmt: skip
     else:
-        ray.init(address=compute.address, **options)
+        join_cluster(ray, compute, options)
     try:
         yield ray
     finally:
         ray.shutdown()
+
+
+def _fix(address: str, timeout: float) -> str:
+    return (f"check --ray-address / compute.address ({address!r}; the head's HOST:PORT, e.g. "
+            f"6379 after `ray start --head --port 6379`, or auto on a machine of the cluster) "
+            f"and that the head node is up (`ray status` on it) and reachable from here; on a "
+            f"slow network raise --ray-timeout / compute.connect_timeout_s (now {timeout:g} s); "
+            f"or train on this machine: --executor local")
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """The host and port that ``address`` makes Ray dial (``auto``: as Ray resolves it, from
+    $RAY_ADDRESS or the cluster started last on this machine); None when that cannot be told
+    here (Ray then reads the address itself)."""
+    if address == "auto":
+        from ray._private import services  # Ray's own resolution; a ConnectionError if none
+
+        try:
+            address = services.get_ray_address_from_environment("auto", None)
+        except ConnectionError:
+            raise
+        except Exception:  # Ray's private helper changed: Ray reads the address itself
+            return None
+    target = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def join_cluster(ray: Any, compute: Compute, options: Mapping[str, Any]) -> None:
+    """``ray.init`` on the cluster at ``compute.address``, after checking within
+    ``compute.connect_timeout_s`` that something answers there: an address refused, unreachable
+    or silent (which Ray itself retries for minutes) is a :class:`ClusterConnectionError`
+    naming it and the fix, as is a cluster Ray cannot join."""
+    address, timeout = str(compute.address), float(compute.connect_timeout_s)
+    start = time.monotonic()
+    try:
+        where = _host_port(address)
+    except ConnectionError as exc:  # auto, and no cluster found
+        raise ClusterConnectionError(
+            f"no running Ray cluster found for address 'auto' ({exc}); start one (`ray start "
+            f"--head`) or {_fix(address, timeout)}."
+        ) from exc
+    if where is not None:
+        try:
+            socket.create_connection(where, timeout=timeout).close()
+        except OSError as exc:
+            reason = ("no answer" if isinstance(exc, TimeoutError)
+                      else f"{exc.strerror or exc}")
+            waited = time.monotonic() - start
+            dialed = f"{where[0]}:{where[1]}"
+            shown = address if address == dialed else f"{address} ({dialed})"
+            raise ClusterConnectionError(
+                f"cannot reach the Ray cluster at {shown}: {reason} after {waited:.1f} s "
+                f"(compute.connect_timeout_s {timeout:g}); nothing was trained. To fix: "
+                f"{_fix(address, timeout)}."
+            ) from exc
+    try:
+        ray.init(address=address, **options)
+    except ValueError as exc:  # e.g. ray:// without Ray Client's extra, a malformed address
+        hint = (" Ray Client (ray://) needs `pip install 'ray[client]'`, or give the head's "
+                "GCS address HOST:6379 instead." if "ray[client]" in str(exc) else "")
+        raise ConfigError(f"cannot join the Ray cluster at {address}: {exc}.{hint}") from exc
+    except (ConnectionError, TimeoutError, RuntimeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ClusterConnectionError(
+            f"cannot join the Ray cluster at {address}: {first}; nothing was trained. "
+            f"To fix: {_fix(address, timeout)}."
+        ) from exc
 
 
 def task_slots(ray: Any, compute: Compute) -> int:
@@ -383,8 +464,14 @@ def training_document(models: Sequence[TrainedModel]) -> dict[str, Any]:
 
 def write_training_document(run_dir: str | Path, models: Sequence[TrainedModel]) -> Path:
     """Write :func:`training_document` as ``run_dir/training.json`` (atomically)."""
+    from miaudit.errors import WriteError, describe_os_error
     from miaudit.io import write_json
 
     path = Path(run_dir) / "training.json"
-    write_json(path, training_document(models))
+    try:
+        write_json(path, training_document(models))
+    except OSError as exc:  # a full disk, a read-only folder: name the file
+        what, todo = describe_os_error(exc, path)
+        raise WriteError(f"cannot write {path}: {what}. Nothing half-written is kept. To fix: "
+                         f"{todo}", exc.errno) from exc
     return path

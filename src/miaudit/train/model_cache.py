@@ -15,6 +15,7 @@ removes the stale ones (:mod:`miaudit.cache.admin`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -32,7 +33,7 @@ from safetensors.torch import save_file
 
 from miaudit import version
 from miaudit.cache import code_version
-from miaudit.errors import CacheError
+from miaudit.errors import CacheError, CacheWriteError, describe_os_error, os_error_number
 from miaudit.io import atomic_path, write_json
 from miaudit.models import build_model
 from miaudit.train import dp, trainer
@@ -291,7 +292,10 @@ class ModelCache:
         model.node, model.device = "local", torch.device(device).type
         # the record first, the entry's json (naming its hash) last: an entry exists only
         # with its record
-        digest = gradient_records.save_record(record_path, record)
+        try:
+            digest = gradient_records.save_record(record_path, record)
+        except OSError as exc:
+            raise self._write_error(key, exc) from exc
         self._store(key, model, dataset_fingerprint, indices,
                     extra={gradient_records.RECORD_SHA256: digest})
         self.stats.stored += 1
@@ -466,9 +470,12 @@ class ModelCache:
         extra: dict[str, Any] | None = None,
     ) -> None:
         state = {k: v.detach().cpu().contiguous() for k, v in model.module.state_dict().items()}
-        with atomic_path(self.weights_path(key)) as tmp:
-            save_file(state, str(tmp))
-            digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        try:
+            with atomic_path(self.weights_path(key)) as tmp:
+                save_file(state, str(tmp))
+                digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        except Exception as exc:  # OSError, or safetensors' error naming the OS error
+            raise self._write_error(key, exc) from exc
         meta = {
             **cache_version(),  # format, trainer_digest, miaudit_version
             "torch_version": torch.__version__,  # for the record: not part of the key
@@ -492,8 +499,27 @@ class ModelCache:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **(extra or {}),  # e.g. the hash of a gradient-canary record stored beside it
         }
-        write_json(self.meta_path(key), meta)
+        try:
+            write_json(self.meta_path(key), meta)
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # weights without their json never count
+                self.weights_path(key).unlink()
+            raise self._write_error(key, exc) from exc
         model.cache_key = key
+
+    def _write_error(self, key: str, exc: BaseException) -> BaseException:
+        """A :class:`CacheWriteError` for an entry that could not be written (a full disk,
+        a read-only or forbidden cache folder); ``exc`` itself when it carries no OS error
+        (a bug, not the disk)."""
+        number = os_error_number(exc)
+        if number is None and not isinstance(exc, OSError):
+            return exc
+        what, todo = describe_os_error(exc, getattr(exc, "filename", None)
+                                       or self.weights_path(key))
+        return CacheWriteError(
+            f"cannot store model {key} in the model cache {self.root}: {what}. Nothing "
+            f"half-written is kept (an entry counts only once complete: a rerun trains this "
+            f"model again). To fix: {todo}", number)
 
 
 def forgetting_key(
