@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import pickle
 import sys
 from importlib import resources
 from pathlib import Path
@@ -341,6 +342,12 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except (OSError, MemoryError) as exc:
         return _system_error(args, exc)
+    except pickle.UnpicklingError as exc:  # a weights-only load refused a pickle: nothing ran
+        print(f"miaudit: error: a file given as weights holds more than tensors, and its "
+              f"weights-only load refused it (nothing in it ran): {exc}".rstrip() + "\n"
+              "  to fix: give weights saved as safetensors (save_pretrained's default, or "
+              "safetensors.torch.save_file) or a plain torch state dict.", file=sys.stderr)
+        return 2
     except Exception as exc:
         if _carries_os_error(exc):  # safetensors' own error type, naming the OS error
             return _system_error(args, exc)

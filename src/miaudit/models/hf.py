@@ -35,7 +35,6 @@ import functools
 import hashlib
 import json
 import os
-import pickle
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -510,8 +509,7 @@ def load_folder_model(
                     folder.path, local_files_only=True, output_loading_info=True,
                     ignore_mismatched_sizes=not strict, **extra, **options,
                 )  # fmt: skip
-    except (OSError, ValueError, KeyError, RuntimeError, ImportError,
-            pickle.UnpicklingError) as exc:  # a .bin that is more than weights: never run
+    except (OSError, ValueError, KeyError, RuntimeError, ImportError) as exc:
         raise ConfigError(
             f"transformers cannot load the {folder.architecture} in {folder.path}: "
             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
@@ -556,8 +554,7 @@ def _load_adapter_model(folder: HFFolder, token_pad: int) -> HFCausalLM:
             model = PeftModel.from_pretrained(base, str(adapter.path), is_trainable=False,
                                               local_files_only=True)
             saved = load_peft_weights(str(adapter.path), device="cpu")
-    except (OSError, ValueError, KeyError, RuntimeError, TypeError,
-            pickle.UnpicklingError) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
         first = str(exc).strip().splitlines()
         detail = " ".join(line.strip() for line in first[:2])
         raise ConfigError(f"{fix}: {type(exc).__name__}: {detail[:400]}; {hint}.") from exc
