@@ -127,7 +127,7 @@ def sequence_bank(design: str, variant: str, n_models: int = 6, seed: int = 0,
                   audit: int = 120, public: int = 120, population: int = 40,
                   tokens: int = 12, effect: float = 0.8) -> NullBank:
     """A causal-LM null bank (per-token log-probabilities, next-token moments, a base model,
-    ReCaLL's prefix, token ids, text sizes)."""
+    ReCaLL's prefix, token ids, each model's top-1 right or wrong, text sizes)."""
     membership, audit_mask, population_mask, canary, target = membership_of(
         design, n_models, seed, audit, public, population)
     rng = np.random.default_rng([seed, 13])
@@ -156,6 +156,11 @@ def sequence_bank(design: str, variant: str, n_models: int = 6, seed: int = 0,
     bank = assemble_bank(signals, np.zeros(n, dtype=np.int64), membership, audit_mask,
                          population_mask, _texts(rng, n),
                          canary=canary if canary.any() else None)
+    # whether each model's top-1 prediction is right (EZ-MIA's error zone): drawn apart from
+    # everything above (its own generator: the other arrays are as they were), independent
+    # of membership in every variant
+    top1 = np.random.default_rng([seed, 17]).random((n_models, n, tokens)) < 0.4
+    bank = bank.replace(seq_top1_correct=top1)
     return NullBank(bank, target, design, variant, seed)
 
 

@@ -39,7 +39,7 @@ def banks(digits_bank) -> list[SignalBank]:
     """The digits bank with the channels and text sizes no model run here computed (seeded
     stand-ins: the contract is about what an attack reads, not its power), and a sequence
     bank in the balanced design with the calibrated LM attacks' arrays (a base model's
-    log-probs, prefix-conditioned log-probs, token ids)."""
+    log-probs, prefix-conditioned log-probs, token ids, each model's top-1 right or wrong)."""
     rng = np.random.default_rng(0)
     m, n = digits_bank.membership.shape
     channels = {**digits_bank.channels,
@@ -81,7 +81,7 @@ def _duplicated(bank: SignalBank, i: int, j: int) -> SignalBank:
     arrays = {}
     if bank.has_sequences:
         for key in ("seq_token_logprob", "seq_mean_logprob", "seq_std_logprob",
-                    "seq_prefix_token_logprob"):
+                    "seq_prefix_token_logprob", "seq_top1_correct"):
             if getattr(bank, key) is not None:
                 a = getattr(bank, key).copy()
                 a[:, i] = a[:, j]

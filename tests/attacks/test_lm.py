@@ -17,7 +17,7 @@ from miaudit.signals.bank import valid_positions
 
 LM_ATTACKS = ["lm-loss", "zlib", "min-k", "min-k-plus-plus", "lm-calibrated",
               "lm-lira-offline", "lm-lira-offline-fixed-variance", "lm-rmia", "lm-rapid",
-              "blind", "lm-base-reference", "recall", "dc-pdd"]
+              "blind", "lm-base-reference", "recall", "dc-pdd", "ez-mia", "wbc"]
 FAST = dict(epochs=3, max_train_samples=400)
 
 
@@ -52,9 +52,14 @@ def make_bank(m=6, n=80, t=12, seed=0, padding=(np.nan, np.inf, -1e30), effect=0
         base = -rng.exponential(2.0, size=(n, t)).astype(np.float32)
         ids = rng.integers(0, vocab, size=(n, t))  # a small vocabulary: repeated tokens
         prefix[:, pad], base[pad], ids[pad] = padding[0], padding[1], 10**6
+        # each model's top-1 right or wrong (EZ-MIA), from a generator of its own (the draws
+        # above are unchanged); likelier right where the token is likely; True at padding
+        with np.errstate(invalid="ignore", over="ignore"):  # the padding's garbage
+            top1 = np.random.default_rng([seed, 1]).random(token.shape) < np.exp(token)
+        top1[:, pad] = True
         extra = dict(seq_prefix_token_logprob=prefix.astype(np.float32),
                      seq_base_token_logprob=base, seq_token_ids=ids,
-                     seq_vocab_size=np.int64(vocab))
+                     seq_vocab_size=np.int64(vocab), seq_top1_correct=top1)
     return SignalBank(None, None, membership, population=population, seq_token_logprob=token,
                       seq_mean_logprob=mean, seq_std_logprob=std, seq_lengths=lengths,
                       text_zlib_bytes=zbytes, text_chars=chars, **extra)

@@ -28,7 +28,7 @@ RECIPE = "{optimizer: adam, lr: 0.003, epochs: 2, batch_size: 16, schedule: cons
 # the calibrated LM attacks that need arrays an audit computes only when it can: a base
 # model's log-probs (--base-model), prefix-conditioned log-probs (public texts and room for
 # ReCaLL's prefix beside the texts); dc-pdd's token ids are kept whenever it is to run
-CALIBRATED = {"lm-base-reference", "recall"}
+CALIBRATED = {"lm-base-reference", "ez-mia", "wbc", "recall"}
 LM_ATTACKS = {"lm-loss", "zlib", "min-k", "min-k-plus-plus", "blind", "lm-calibrated",
               "lm-lira-offline", "lm-lira-offline-fixed-variance", "lm-rmia", "lm-rapid",
               "dc-pdd", *CALIBRATED}

@@ -45,14 +45,17 @@ def test_sequence_signals_match_a_naive_loop():
     logits = torch.randn(b, t, v, generator=gen) * 3
     ids = torch.randint(0, v, (b, t), generator=gen)
     lengths = np.array([7, 4, 2])
-    token, mean, std = sequence_signals(logits, ids, lengths)
-    assert token.shape == mean.shape == std.shape == (b, t - 1)
+    token, mean, std, top1 = sequence_signals(logits, ids, lengths)
+    assert token.shape == mean.shape == std.shape == top1.shape == (b, t - 1)
+    assert top1.dtype == torch.bool
     assert token.dtype == torch.float32
     for i in range(b):
         for pos in range(t - 1):
             if pos >= lengths[i] - 1:  # padding: zero-filled
                 assert token[i, pos] == mean[i, pos] == std[i, pos] == 0
+                assert not top1[i, pos]
                 continue
+            assert bool(top1[i, pos]) == (int(logits[i, pos].argmax()) == int(ids[i, pos + 1]))
             logp = torch.log_softmax(logits[i, pos].double(), dim=0)
             p = logp.exp()
             mu = float((p * logp).sum())
@@ -65,7 +68,7 @@ def test_sequence_signals_match_a_naive_loop():
 def test_sequence_signals_handle_a_masked_vocabulary_entry_and_bad_input():
     logits = torch.zeros(1, 3, 4)
     logits[..., 3] = -float("inf")  # a token the model can never emit
-    token, mean, std = sequence_signals(logits, torch.tensor([[0, 1, 2]]), [3])
+    token, mean, std, _ = sequence_signals(logits, torch.tensor([[0, 1, 2]]), [3])
     assert torch.isfinite(mean).all() and torch.isfinite(std).all()
     assert mean[0, 0].item() == pytest.approx(np.log(1 / 3), abs=1e-6)
     assert std[0, 0].item() == pytest.approx(0.0, abs=1e-3)
@@ -73,6 +76,33 @@ def test_sequence_signals_handle_a_masked_vocabulary_entry_and_bad_input():
         sequence_signals(logits, torch.tensor([[0, 1, 2]]), [1])
     with pytest.raises(ValueError, match=r"\[B, T, V\]"):
         sequence_signals(logits[0], torch.tensor([0, 1, 2]), [3])
+
+
+def test_chunks_change_nothing(monkeypatch):
+    """Positions a chunk at a time, or from hidden states and a head: the same signals as
+    all positions at once from the full logits."""
+    import miaudit.signals.sequence as sequence
+
+    gen = torch.Generator().manual_seed(1)
+    b, t, h, v = 4, 9, 6, 13
+    hidden = torch.randn(b, t, h, generator=gen)
+    torch.manual_seed(1)
+    head = torch.nn.Linear(h, v, bias=False)
+    ids = torch.randint(0, v, (b, t), generator=gen)
+    lengths = np.array([9, 5, 2, 7])
+    with torch.no_grad():
+        ids[0, 1:4] = head(hidden[0, :3]).argmax(-1)  # three positions right at top-1
+        whole = sequence_signals(head(hidden), ids, lengths)
+        monkeypatch.setattr(sequence, "CHUNK_FLOATS", 2 * v)  # two positions per chunk
+        for found in (sequence_signals(head(hidden), ids, lengths),
+                      sequence.hidden_sequence_signals(hidden, head, ids, lengths)):
+            for a, c in zip(whole, found, strict=True):
+                assert a.dtype == c.dtype
+                np.testing.assert_allclose(a.numpy(), c.numpy(), atol=1e-5)
+        token = sequence.hidden_sequence_signals(hidden, head, ids, lengths, full=False)
+        assert len(token) == 1
+        np.testing.assert_allclose(token[0].numpy(), whole.token.numpy(), atol=1e-5)
+    assert whole.top1.any() and not whole.top1.all()
 
 
 def test_text_sizes():

@@ -12,6 +12,7 @@ from miaudit.attacks import (  # noqa: F401  (importing a module registers its a
     label_only,
     lira,
     lm,
+    lm_base,
     lm_calibrated,
     qmia,
     rapid,

@@ -182,6 +182,12 @@ _CHECKS: dict[str, tuple[Callable[[BankPlan, Any, Needs], bool], Callable[[Any],
         lambda plan, _, __: plan.token_ids is False,
         lambda _: "needs the scored token ids and the vocabulary size (token frequencies)",
     ),
+    # every sequence bank miaudit builds holds it (lm_signals, the same forward pass)
+    "top1_correct": (
+        lambda plan, _, __: plan.sequence is False,
+        lambda _: "needs whether the model's top-1 next-token prediction is right, per token "
+                  "(a causal language model's sequence bank)",
+    ),
 }
 
 

@@ -51,6 +51,8 @@ class Needs:
     base_model: bool = False  # seq_base_token_logprob: the pretrained base model's log-probs
     prefix_conditioned: bool = False  # seq_prefix_token_logprob (ReCaLL's prefix P)
     token_ids: bool = False  # seq_token_ids and seq_vocab_size (DC-PDD's token frequencies)
+    # seq_top1_correct: whether each model's argmax next-token prediction is right (EZ-MIA)
+    top1_correct: bool = False
     # a classifier's own logits: a sequence bank's are a derived two-class view of the
     # likelihood, on which e.g. a temperature has no faithful meaning (rmia-paper's T = 2)
     classifier: bool = False
@@ -126,6 +128,16 @@ class Needs:
                 f"attack '{attack}' needs the scored token ids and the vocabulary size "
                 "(seq_token_ids [N,T], seq_vocab_size), which the bank lacks; signal with "
                 "SignalSpec(token_ids=True)."
+            )
+        # on a classifier's bank the missing sequence signals (above) say it all
+        if self.top1_correct and not view.has_top1_correct and (
+                view.has_sequences or not self.sequence):
+            problems.append(
+                f"attack '{attack}' needs, per token, whether each model's top-1 next-token "
+                "prediction is the actual token (seq_top1_correct [M,N,T]), which the bank "
+                "lacks: signal the causal LM again with a miaudit that stores it (lm_signals "
+                "computes it in the same forward pass as the token log-probabilities; banks "
+                "built before it have none)."
             )
         if self.classifier and view.has_sequences:
             problems.append(

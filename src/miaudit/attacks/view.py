@@ -77,6 +77,7 @@ class TargetView:
         self.seq_token_ids = bank.seq_token_ids  # int [N, T], -1 at padding (DC-PDD)
         self.seq_vocab_size = (None if bank.seq_vocab_size is None
                                else int(bank.seq_vocab_size))
+        self._seq_top1 = bank.seq_top1_correct  # bool [M, N, T] (EZ-MIA); None when absent
         self._memo: dict[Hashable, Any] = {}
 
     @classmethod
@@ -174,6 +175,31 @@ class TargetView:
         """The target's log p(x_{t+1} | P, x_<=t) under ReCaLL's fixed prefix P, float32
         [N, T]; None when the bank lacks it."""
         return None if self._seq_prefix is None else self._seq_prefix[self.target]
+
+    @property
+    def has_top1_correct(self) -> bool:
+        """Whether the bank holds `seq_top1_correct` (each model's argmax next-token
+        prediction right or wrong, per position)."""
+        return self._seq_top1 is not None
+
+    def target_top1_correct(self) -> np.ndarray:
+        """bool [N, T]: the target's argmax next-token prediction at position t is the actual
+        token t+1 (False at padding)."""
+        return self._top1()[self.target]
+
+    def reference_top1_correct(self, r: int) -> np.ndarray:
+        """Reference r's (0..R-1) `target_top1_correct`, bool [N, T]."""
+        return self._top1()[self.reference_ids[r]]
+
+    def _top1(self) -> np.ndarray:
+        if self._seq_top1 is None:
+            raise AttackError(
+                "the bank holds no seq_top1_correct [M,N,T] (whether each model's top-1 "
+                "next-token prediction is the actual token); signal the causal LMs with a "
+                "miaudit whose lm_signals computes it (in the same forward pass as the token "
+                "log-probabilities)."
+            )
+        return self._seq_top1
 
     def target_next_token_moments(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std of log p(v) under the target's next-token distribution, float32

@@ -311,6 +311,9 @@ def skip_reasons(
             why.append("needs the model's log-probabilities conditioned on a non-member "
                        "prefix (ReCaLL); " + built.unavailable.get(
                            "prefix", "this audit did not compute them"))
+        if needs.top1_correct and built.bank.seq_top1_correct is None:
+            why.append("needs whether the target's top-1 prediction is each actual token "
+                       "(seq_top1_correct); this bank does not hold it")
         if needs.token_ids and built.bank.seq_token_ids is None:
             why.append("needs the scored token ids (token frequencies); this audit did not "
                        "keep them")

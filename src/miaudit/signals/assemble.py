@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from miaudit.errors import ConfigError
-from miaudit.models.text import lm_outputs
 from miaudit.runtime.malloc import keep_freed_memory
 from miaudit.runtime.progress import progress_bar
 from miaudit.signals.bank import (
@@ -29,12 +28,14 @@ from miaudit.signals.bank import (
     SEQUENCE_EXTRA_KEYS,
     SEQUENCE_KEYS,
     TEXT_KEYS,
+    TOP1_KEY,
     SignalBank,
 )
 from miaudit.signals.boundary import boundary_channels
 from miaudit.signals.defences import apply_defence
 from miaudit.signals.query import per_sample_grad_norms, query_logits
-from miaudit.signals.sequence import prefixed_token_logprob, sequence_signals, text_sizes
+from miaudit.signals.sequence import text_sizes
+from miaudit.signals.sequence_reader import SequenceReader
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class Signals:
     seq_base_token_logprob: np.ndarray | None = None
     seq_token_ids: np.ndarray | None = None
     seq_vocab_size: np.ndarray | None = None
+    seq_top1_correct: np.ndarray | None = None  # bool [M, N, T]: argmax is the next token
 
     @property
     def has_sequences(self) -> bool:
@@ -89,7 +91,7 @@ class Signals:
         """The signals of ``models`` only (bank order as given)."""
         pick = list(models)
         seq = {k: None if getattr(self, k) is None else getattr(self, k)[pick]
-               for k in (*SEQUENCE_KEYS, PREFIX_KEY)}  # fmt: skip
+               for k in (*SEQUENCE_KEYS, PREFIX_KEY, TOP1_KEY)}  # fmt: skip
         seq.update({k: getattr(self, k) for k in SEQUENCE_EXTRA_KEYS if k != PREFIX_KEY})
         return Signals(None if self.logits is None else self.logits[pick],
                        {k: v[pick] for k, v in self.channels.items()},
@@ -181,12 +183,6 @@ def query_signals(
     return Signals(logits, channels, missing, seconds)
 
 
-# Logit floats one forward of a causal LM may hold ([batch, T, vocabulary]); sequence_signals
-# makes a few more arrays of that size. 2**25 floats: 128 MiB each.
-_LM_BATCH_FLOATS = 2**25
-_LM_BATCH_FLOATS_GPU = 2**28  # 1 GiB each: a GPU needs large batches to be busy
-
-
 def lm_signals(
     models: Sequence[Model], features: np.ndarray, rows: np.ndarray, spec: SignalSpec,
     device: str = "cpu", progress: bool = True, *, base: torch.nn.Module | None = None,
@@ -195,8 +191,12 @@ def lm_signals(
     """Sequence signals of causal LMs on dataset rows ``rows``: token ids ``features`` [n, L]
     (float, right-padded with each model's ``pad_id``). Per model, batched forwards and
     :func:`~miaudit.signals.sequence.sequence_signals` give ``seq_token_logprob``,
-    ``seq_mean_logprob`` and ``seq_std_logprob`` [M, N, L - 1]; ``seq_lengths`` [N] is each
-    text's token count - 1 (its scored positions: padding is never scored).
+    ``seq_mean_logprob`` and ``seq_std_logprob`` [M, N, L - 1] and ``seq_top1_correct`` (bool:
+    the argmax prediction is the next token); ``seq_lengths`` [N] is each text's token count
+    - 1 (its scored positions: padding is never scored). Each model is read by a
+    :class:`~miaudit.signals.sequence_reader.SequenceReader`: through its hidden states and
+    output head a chunk of positions at a time where it can be taken apart (no [B, T, V]
+    logits held), ReCaLL's prefix run once per model.
 
     Optional channels, computed only when asked for (docs/algorithms.md §15): ``base``, the
     pretrained base model (a causal LM, not one of the bank's models), gives
@@ -253,36 +253,33 @@ def lm_signals(
     if base is not None:
         queried.append((None, base))
         arrays[BASE_KEY] = np.zeros(shape[1:], dtype=np.float32)
+    arrays[TOP1_KEY] = np.zeros(shape, dtype=bool)
     # Longest texts first, each batch cut to its longest text: no forward over padding, and
-    # shorter texts in larger batches (the batch holds _LM_BATCH_FLOATS logits at most).
+    # shorter texts in larger batches.
     order = torch.argsort(lengths, descending=True, stable=True)
-    budget = _LM_BATCH_FLOATS if torch.device(device).type == "cpu" else _LM_BATCH_FLOATS_GPU
     bar = progress_bar(len(queried), "querying models", "model", enabled=progress)
     for m, module in queried:
-        vocab = int(getattr(module, "vocab_size", 50_000))
-        extra = 0 if prefix is None or m is None else len(prefix)
         module.eval().to(device)
-        # keep_freed_memory: each batch reallocates the same [batch, T, vocabulary] arrays
+        # keep_freed_memory: each batch reallocates arrays of the same sizes
         with torch.inference_mode(), keep_freed_memory():
+            reader = SequenceReader(module, ids[order[:1], : int(lengths[order[0]])]
+                                     .to(device), device, prefix if m is not None else None)
             lo = 0
             while lo < n:
                 width = int(lengths[order[lo]])
-                batch = max(1, min(int(spec.batch_size), budget // ((width + extra) * vocab)))
+                batch = reader.batch_size(width, int(spec.batch_size))
                 rows_b = order[lo : lo + batch].numpy()
                 lo += len(rows_b)
                 xb = ids[rows_b, :width].to(device)
                 lb = lengths[rows_b].numpy()
-                logits, tids, _ = lm_outputs(module, xb)
-                parts = sequence_signals(logits, tids, lb)
+                parts = reader.signals(xb, lb, full=m is not None)
                 if m is None:  # the base model: its token log-probs only
                     arrays[BASE_KEY][rows_b, : width - 1] = parts[0].cpu().numpy()
                     continue
-                for key, part in zip(SEQUENCE_KEYS, parts, strict=True):
+                for key, part in zip((*SEQUENCE_KEYS, TOP1_KEY), parts, strict=True):
                     arrays[key][m, rows_b, : width - 1] = part.cpu().numpy()
                 if prefix is not None:
-                    pb = prefix.to(device)[None, :].expand(len(xb), -1)
-                    logits, tids, _ = lm_outputs(module, torch.cat([pb, xb], dim=1))
-                    part = prefixed_token_logprob(logits, len(prefix), tids[:, len(prefix):], lb)
+                    part = reader.prefixed(xb, lb)
                     arrays[PREFIX_KEY][m, rows_b, : width - 1] = part.cpu().numpy()
         bar.update(1)
     bar.close()
@@ -316,7 +313,7 @@ def assemble_bank(
     seq: dict[str, Any] = {}
     if signals.has_sequences:  # the bank derives its logits (labels all 0: the true class)
         seq = {k: getattr(signals, k)
-               for k in (*SEQUENCE_KEYS, "seq_lengths", *SEQUENCE_EXTRA_KEYS)}
+               for k in (*SEQUENCE_KEYS, "seq_lengths", *SEQUENCE_EXTRA_KEYS, TOP1_KEY)}
         labels = None
     return SignalBank(logits=signals.logits, labels=labels, membership=membership,
                       population=population, audit=audit, canary=canary,

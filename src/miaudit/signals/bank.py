@@ -39,7 +39,13 @@ PREFIX_KEY = "seq_prefix_token_logprob"
 BASE_KEY = "seq_base_token_logprob"
 TOKEN_ID_KEYS = ("seq_token_ids", "seq_vocab_size")
 SEQUENCE_EXTRA_KEYS = (PREFIX_KEY, BASE_KEY, *TOKEN_ID_KEYS)
-_SEQUENCE_OPTIONAL = (*SEQUENCE_KEYS, "seq_lengths", *TEXT_KEYS, *SEQUENCE_EXTRA_KEYS)
+# Optional bool [M, N, T]: whether model m's top-1 (argmax) next-token prediction at position
+# t is the actual token t+1 (EZ-MIA's error zone), computed in the same forward pass as
+# seq_token_logprob (no [.., V] array kept); False at padding. Per model, like PREFIX_KEY:
+# whatever selects models of a bank selects it too.
+TOP1_KEY = "seq_top1_correct"
+_SEQUENCE_OPTIONAL = (*SEQUENCE_KEYS, "seq_lengths", *TEXT_KEYS, *SEQUENCE_EXTRA_KEYS,
+                      TOP1_KEY)
 # Largest mean log-probability used in the derived logits: log(1 - p) must stay finite.
 _MAX_MEAN_LOGPROB = -1e-6
 
@@ -70,6 +76,8 @@ class SignalBank:
     seq_base_token_logprob: np.ndarray | None = None
     seq_token_ids: np.ndarray | None = None  # int64 [N, T]: id of x_{t+1}; -1 at padding
     seq_vocab_size: np.ndarray | None = None  # int64 []: the models' vocabulary size (DC-PDD)
+    # bool [M, N, T]: model m's argmax next-token prediction at t is x_{t+1}; False at padding
+    seq_top1_correct: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self._logits_derived = False
@@ -375,7 +383,7 @@ def _prepare_sequences(bank: SignalBank) -> None:
             )
         setattr(bank, key, value)
     has_seq = [k for k in (*SEQUENCE_KEYS, "seq_lengths") if getattr(bank, k) is not None]
-    extras = [k for k in SEQUENCE_EXTRA_KEYS if getattr(bank, k) is not None]
+    extras = [k for k in (*SEQUENCE_EXTRA_KEYS, TOP1_KEY) if getattr(bank, k) is not None]
     if not has_seq:
         if extras:
             raise BankError(f"the bank has {extras} but no sequence signals "
@@ -455,6 +463,7 @@ def _prepare_sequence_extras(bank: SignalBank, valid: np.ndarray) -> None:
             raise BankError(f"{key} holds positive log-probabilities at valid positions; it "
                             "must be log p (<= 0).")
         setattr(bank, key, value)
+    _prepare_top1(bank, valid)
     ids, vocab = bank.seq_token_ids, bank.seq_vocab_size
     if (ids is None) != (vocab is None):
         raise BankError("seq_token_ids and seq_vocab_size come together (DC-PDD needs both).")
@@ -473,6 +482,27 @@ def _prepare_sequence_extras(bank: SignalBank, valid: np.ndarray) -> None:
                         "vocabulary) at valid positions.")
     bank.seq_token_ids = np.where(valid, ids, -1).astype(np.int64)
     bank.seq_vocab_size = vocab.astype(np.int64)
+
+
+def _prepare_top1(bank: SignalBank, valid: np.ndarray) -> None:
+    """Validate `seq_top1_correct` (bool, or 0/1 at the valid positions) and clear its
+    padding to False."""
+    value = bank.seq_top1_correct
+    if value is None:
+        return
+    value = np.asarray(value)
+    shape = bank.seq_token_logprob.shape
+    if value.shape != shape:
+        raise BankError(f"{TOP1_KEY} must have the shape of seq_token_logprob, {shape} "
+                        f"[M, N, T]; got {value.shape}.")
+    if value.dtype != bool:
+        numeric = np.issubdtype(value.dtype, np.integer) or np.issubdtype(value.dtype,
+                                                                          np.floating)
+        if not numeric or not np.isin(value[:, valid], (0, 1)).all():
+            raise BankError(f"{TOP1_KEY} must be boolean (or 0/1 at the valid positions): "
+                            "whether each model's argmax next-token prediction is the "
+                            f"actual token; got dtype {value.dtype} with other values.")
+    bank.seq_top1_correct = np.logical_and(value != 0, valid[None])
 
 
 def _integers(key: str, value: object, n: int) -> np.ndarray:
