@@ -154,9 +154,9 @@ def test_csv_errors(tmp_path):
     (tmp_path / "nolab.csv").write_text("a,label\n1,0\n2,\n")
     with pytest.raises(DataError, match="labels contain NaN"):
         load_dataset(str(tmp_path / "nolab.csv"))
-    (tmp_path / "x.txt").write_text("hi")
+    (tmp_path / "x.tsv").write_text("hi")  # (a .txt loads as texts, one a line)
     with pytest.raises(DataError, match="unsupported file type"):
-        load_dataset("file", path=tmp_path / "x.txt")
+        load_dataset("file", path=tmp_path / "x.tsv")
     with pytest.raises(DataError, match="no such file"):
         load_dataset(str(tmp_path / "missing.csv"))
     with pytest.raises(DataError, match="needs path"):

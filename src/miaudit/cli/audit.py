@@ -20,6 +20,8 @@ _EPILOG = """examples:
   miaudit audit --hf-model my-bert/ --data mails.csv --text-column text --label-column spam \\
       --members members.txt --public public.csv --reference-base bert-base-uncased/ \\
       --recipe '{optimizer: adam, lr: 0.00005, epochs: 3, batch_size: 16}'
+  miaudit audit --hf-model my-lora-adapter/ --base-model smollm2-135m --data texts.jsonl \
+      --text-column text --members members.txt --public-rows public.txt
   miaudit audit --config audit.yaml
 
 what runs code: --estimator unpickles its file, which runs any code stored in it (the one
@@ -145,10 +147,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "else it is skipped")
     g.add_argument("--output-kind", choices=("auto", "logits", "probabilities"))
     d = p.add_argument_group("the data")
-    d.add_argument("--data", help="dataset name (miaudit data list) or .npz/.csv/.parquet file")
+    d.add_argument("--data", help="dataset name (miaudit data list) or .npz/.csv/.jsonl/"
+                   ".parquet file, or a .txt of texts (one a line)")
     d.add_argument("--data-options", help="loader options, YAML: '{label_column: y}'")
-    d.add_argument("--label-column", help="label column of .csv/.parquet files")
-    d.add_argument("--text-column", help="text column of .csv/.jsonl/.parquet files (texts)")
+    d.add_argument("--label-column", help="label column of .csv/.jsonl/.parquet files "
+                   "(default label); texts without one load unlabelled, which only a causal "
+                   "LM (--hf-model) is audited on")
+    d.add_argument("--text-column", help="text column of .csv/.jsonl/.parquet files (texts; "
+                   "a .txt holds one text a line, no column to name)")
     d.add_argument("--preprocessing", choices=("standard", "raw"),
                    help="feed the values the model was trained on: standard (default: the "
                    "library's scaling, see miaudit data list) or raw (as the source ships them)")

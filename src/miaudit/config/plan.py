@@ -7,7 +7,8 @@ accepts would fail `Needs.check` on the bank after training; tests/attacks/test_
 them together):
 
 - the data kind: the dataset registry's for a registered dataset; a user file's from its
-  loader options (``text_column`` or ``kind``) or its suffix (tables load as tabular rows); a
+  loader options (``text_column`` or ``kind``) or its suffix (tables load as tabular rows, a
+  ``.txt`` as texts); a
   ``.npz`` without ``kind`` is images or tabular rows, known once it loads (None here: the run
   checks again once it has loaded it). Texts with a causal-LM recipe (``gpt-small``,
   ``hf-causal-lm``) make a sequence bank, texts with a classifier a classifier's bank; both
@@ -54,7 +55,8 @@ def dataset_kind(name: str, options: dict[str, Any] | None = None,
         if info.name == name:
             return info.kind
     path = str(options.get("path") or name)
-    if options.get("text_column") is not None or options.get("kind") == "text":
+    if (options.get("text_column") is not None or options.get("kind") == "text"
+            or Path(path).suffix.lower() == ".txt"):  # a .txt: texts, one a line
         return "text"
     if options.get("kind") in ("image", "tabular"):
         return str(options["kind"])

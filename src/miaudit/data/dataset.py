@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,15 @@ class Dataset:
             )
 
     @property
+    def labelled(self) -> bool:
+        """False for texts loaded without labels (a text file with no label column, or a .txt
+        of one text a line): their labels are all 0 (``num_classes`` 1) and their notes begin
+        a note with ``unlabelled:`` and why (:func:`unlabelled_note`). Notes travel with every
+        copy of the dataset, the tokenized one included, so this does too. Only a causal LM
+        is audited on such texts: a classifier refuses them (:func:`require_labels`)."""
+        return unlabelled_reason(self.notes) is None
+
+    @property
     def input_shape(self) -> tuple[int, ...]:
         """Shape of one sample (`features.shape[1:]`)."""
         return tuple(self.features.shape[1:])
@@ -153,6 +163,39 @@ def _text_array(values: Any, name: str) -> np.ndarray:
     out[:] = [str(v) for v in arr]  # plain str, not subclasses (numpy.str_ hashes the same)
     out.flags.writeable = False
     return out
+
+
+UNLABELLED = "unlabelled"
+_UNLABELLED_TAIL = " (every label is set to 0 and never read: a causal LM needs none)"
+_UNLABELLED_NOTE = re.compile(rf"(?:^|; ){UNLABELLED}: (.*?){re.escape(_UNLABELLED_TAIL)}")
+
+
+def unlabelled_note(why: str) -> str:
+    """The note that marks a dataset as having no labels (:attr:`Dataset.labelled`): ``why``
+    says what is missing, as a classifier's refusal will repeat it ("data.csv has no label
+    column 'label'; its columns are ['text']")."""
+    return f"{UNLABELLED}: {why}{_UNLABELLED_TAIL}"
+
+
+def unlabelled_reason(notes: str) -> str | None:
+    """Why a dataset with these ``notes`` has no labels (:func:`unlabelled_note`'s ``why``);
+    None when it has them."""
+    found = _UNLABELLED_NOTE.search(notes)
+    return found.group(1) if found else None
+
+
+def require_labels(dataset: Dataset, who: str) -> None:
+    """A DataError when ``dataset`` has no labels (:attr:`Dataset.labelled`) and ``who`` (a
+    classifier: "the Hugging Face classifier in my-bert/", "recipe.architecture 'text-cnn'")
+    needs them: the loader's own message for a missing label column, and who needs it."""
+    why = unlabelled_reason(dataset.notes)
+    if why is None:
+        return
+    txt = dataset.source.lower().endswith(".txt")
+    fix = ("give the texts with their labels as a .csv, .jsonl or .parquet file (text_column, "
+           "label_column)" if txt else "pass label_column=NAME")
+    raise DataError(f"{why}: {fix}; {who} needs a label column (only a causal LM is audited "
+                    "on texts without one)")
 
 
 def encode_labels(values: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, list[Any]]:

@@ -21,7 +21,7 @@ Loader = Callable[..., Dataset]
 Fetcher = Callable[[Path], Path]
 PresenceCheck = Callable[[Path], bool]
 
-FILE_SUFFIXES = (".npz", ".csv", ".parquet", ".pq", ".jsonl")
+FILE_SUFFIXES = (".npz", ".csv", ".parquet", ".pq", ".jsonl", ".txt")  # .txt: texts
 
 # The values of every loader's `preprocessing` option. "standard" is what the loader always did
 # (the default, so dataset fingerprints and model cache keys stay as they were); "raw" gives

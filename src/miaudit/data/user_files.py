@@ -2,7 +2,9 @@
 
 `load_dataset("file", path=...)` or simply `load_dataset("/path/to/data.npz")`. A table with a
 text column loads as a text dataset: `load_dataset("mail.csv", text_column="body")` (or
-`kind="text"`, column `text` by default).
+`kind="text"`, column `text` by default). Texts need no label column (a causal LM's audit reads
+none): without one they load unlabelled (:attr:`Dataset.labelled`), and so does a `.txt` file,
+one text a line.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from miaudit.data.dataset import Dataset, describe_mapping, encode_labels
+from miaudit.data.dataset import Dataset, describe_mapping, encode_labels, unlabelled_note
 from miaudit.data.dataset import standardize as standardize_columns
 from miaudit.data.registry import register_dataset
 from miaudit.errors import DataError
@@ -24,6 +26,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 _TABLE_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+# a plain text file: one text a line (UTF-8), no columns and no labels
+_LINES_SUFFIX = ".txt"
+# a column this close to `label` (difflib's ratio, case ignored: `labels` 0.91, `Label` 1,
+# `label_id` 0.77, `lbl` 0.75; `level` and `table` 0.6) is most likely the labels under
+# another name: a text table with it and no `label` column is refused, naming it
+_LABEL_CLOSE = 0.75
 # what a label cell reads as missing in a text table (texts themselves are kept verbatim)
 _LABEL_NA = ["", "NA", "N/A", "n/a", "NaN", "nan", "null", "NULL", "None", "<NA>"]
 
@@ -201,8 +209,35 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _read_lines(path: Path) -> tuple[list[str], list[str]]:
+    """The texts of a .txt file, one a line, as given: split at line feeds only (a carriage
+    return before one ends the line with it; other separators such as U+2028 stay inside the
+    text), a UTF-8 byte order mark dropped. Blank lines at the end of the file are no texts
+    (dropped, noted); the caller refuses (or drops) blank lines among the texts."""
+    _check_utf8(path)
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            content = handle.read()
+    except OSError as exc:
+        raise DataError(f"cannot read {path} as text: {exc}") from exc
+    content = content.removeprefix("\ufeff")
+    lines = [line.removesuffix("\r") for line in content.split("\n")]
+    if lines and lines[-1] == "":  # the newline ending the last line starts no text
+        lines.pop()
+    notes = []
+    end = len(lines)
+    while end and not lines[end - 1].strip():
+        end -= 1
+    if end < len(lines):
+        notes.append(f"{plural(len(lines) - end, 'blank line')} at the end of the file "
+                     "ignored (no text)")
+    if end == 0:
+        raise DataError(f"{path} holds no text; a .txt data file holds one text a line")
+    return lines[:end], notes
+
+
 def _read_table(
-    path: Path, fmt: str, text_column: str | None = None, label_column: str = "label"
+    path: Path, fmt: str, text_column: str | None = None, label_column: str | None = "label"
 ) -> pd.DataFrame:
     import pandas as pd
 
@@ -218,7 +253,7 @@ def _read_table(
         # texts verbatim (no number parsing, 'NA' stays 'NA', '' stays ''); labels as usual
         return pd.read_csv(
             path, dtype={text_column: str}, keep_default_na=False,
-            na_values={label_column: _LABEL_NA},
+            na_values={label_column: _LABEL_NA} if label_column is not None else None,
         )
     except pd.errors.EmptyDataError as exc:
         raise DataError(f"{path} is empty; it needs a header and at least one row") from exc
@@ -268,7 +303,8 @@ def _table_features(df: pd.DataFrame, path: Path, notes: list[str]) -> tuple[np.
 @register_dataset(
     "file",
     kind="tabular",
-    description="your own .npz (X, y) / .csv / .jsonl / .parquet file: load_dataset(PATH)",
+    description="your own .npz (X, y) / .csv / .jsonl / .parquet file, or a .txt of texts "
+    "(one a line): load_dataset(PATH)",
     options={"path": None, "label_column": "label", "kind": None, "standardize": False,
              "text_column": None, "drop_empty": False},
     listed=False,
@@ -282,7 +318,7 @@ def _table_features(df: pd.DataFrame, path: Path, notes: list[str]) -> tuple[np.
 def load_file(
     folder: Path,
     path: str | Path | None = None,
-    label_column: str = "label",
+    label_column: str | None = "label",
     kind: str | None = None,
     standardize: bool = False,
     preprocessing: str = "standard",
@@ -297,6 +333,15 @@ def load_file(
     dataset: that column's strings as given, other columns but the label ignored; empty or
     whitespace-only texts are refused unless `drop_empty` (which drops those rows, so later
     rows move up: say so in your member list).
+
+    Texts need no labels (a causal LM's audit reads none): a text table without the label
+    column `label` (the default; unless a column of a close name is there, such as `labels`,
+    which is refused as today, naming it), or with `label_column=None`, loads *unlabelled*:
+    every label 0, one class, and a note saying why (:attr:`Dataset.labelled`); a classifier
+    refuses such data (:func:`~miaudit.data.dataset.require_labels`). A label column named
+    otherwise must be there. A `.txt` file loads as unlabelled texts, one a line (its
+    `text_column` implied); blank lines at its end are ignored, blank lines among its texts
+    refused, or dropped with `drop_empty`.
     """
     raw = preprocessing == "raw"
     if raw and standardize:
@@ -312,15 +357,20 @@ def load_file(
     if kind not in (None, "image", "tabular", "text"):
         raise DataError(f"kind must be 'image', 'tabular', 'text' or None (infer), got {kind!r}")
     suffix = path.suffix.lower()
-    if kind == "text" or text_column is not None:
+    if kind == "text" or text_column is not None or suffix == _LINES_SUFFIX:
         if kind not in (None, "text"):
-            raise DataError(f"text_column={text_column!r} makes a text dataset; drop kind={kind!r}")
+            made = (f"text_column={text_column!r}" if text_column is not None
+                    else f"a {_LINES_SUFFIX} file (one text a line)")
+            raise DataError(f"{path}: {made} makes a text dataset; drop kind={kind!r}")
         if standardize:
             raise DataError("standardize: true applies to numeric columns, not to texts; drop it")
         return _load_text_file(path, suffix, text_column or "text", label_column, drop_empty,
                                preprocessing)
     if drop_empty:
         raise DataError("drop_empty applies to text files only (with text_column=...); drop it")
+    if label_column is None:
+        raise DataError(f"{path}: label_column null (no labels) applies to texts only "
+                        "(text_column=...); numbers and images need a label column")
     notes: list[str] = []
     if suffix == ".npz":
         x, y_raw = _load_npz(path)
@@ -334,7 +384,8 @@ def load_file(
             raise DataError(f"{path}: tables load as tabular data; save images as .npz instead")
     else:
         raise DataError(
-            f"{path}: unsupported file type {suffix!r}; use .npz, .csv, .jsonl or .parquet"
+            f"{path}: unsupported file type {suffix!r}; use .npz, .csv, .jsonl or .parquet "
+            "(or .txt for texts, one a line)"
         )
     if len(x) == 0 or x.ndim < 2 or x[0].size == 0:
         raise DataError(f"{path} holds no samples or no feature columns; nothing to audit")
@@ -376,8 +427,9 @@ def _encode(y: np.ndarray, path: Path) -> tuple[np.ndarray, list[Any]]:
         raise DataError(f"{path}: {exc}") from None
 
 
-def _need_column(df: pd.DataFrame, column: str, role: str, path: Path) -> None:
-    """A DataError listing the columns present and the closest one, if `column` is absent."""
+def _need_column(df: pd.DataFrame, column: str, role: str, path: Path, extra: str = "") -> None:
+    """A DataError listing the columns present and the closest one, if `column` is absent
+    (`extra`: more ways out, after "pass {role}_column=NAME")."""
     if column in df.columns:
         return
     present = [str(c) for c in df.columns]
@@ -385,30 +437,50 @@ def _need_column(df: pd.DataFrame, column: str, role: str, path: Path) -> None:
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise DataError(
         f"{path} has no {role} column {column!r}; its columns are {present}{hint}: "
-        f"pass {role}_column=NAME"
+        f"pass {role}_column=NAME{extra}"
     )
 
 
 def _load_text_file(
-    path: Path, suffix: str, text_column: str, label_column: str, drop_empty: bool,
+    path: Path, suffix: str, text_column: str, label_column: str | None, drop_empty: bool,
     preprocessing: str,
 ) -> Dataset:
-    """A .csv / .jsonl / .parquet with a text and a label column -> a text Dataset."""
+    """A .csv / .jsonl / .parquet with a text column (and a label column, unless the texts
+    have none), or a .txt of one text a line -> a text Dataset."""
     import pandas as pd
 
-    if suffix not in _TABLE_SUFFIXES:
+    notes: list[str] = []
+    if suffix == _LINES_SUFFIX:
+        if label_column not in (None, "label"):
+            raise DataError(
+                f"{path} is a .txt file, one text a line, which holds no labels: drop "
+                f"label_column={label_column!r}, or give the texts with their labels as a "
+                ".csv, .jsonl or .parquet file"
+            )
+        values, notes = _read_lines(path)
+        y_raw, unlabelled = None, f"{path} is a .txt file (one text a line), which holds no labels"
+        rows_are, what = "lines", "line"
+        described = "texts of its lines"
+    elif suffix in _TABLE_SUFFIXES:
+        df = _read_table(path, _TABLE_SUFFIXES[suffix], text_column, label_column)
+        _need_column(df, text_column, "text", path)
+        if text_column == label_column:
+            raise DataError(f"{path}: text_column and label_column are both {text_column!r}")
+        label_column, unlabelled = _text_labels(df, text_column, label_column, path)
+        if len(df) == 0:
+            raise DataError(f"{path} holds no rows; nothing to audit")
+        values = df[text_column].tolist()
+        if label_column is not None:
+            _check_cells(df[[label_column]], path, "label")
+        y_raw = None if label_column is None else df[label_column].to_numpy()
+        rows_are, what = "data rows", "data row"
+        described = f"texts of column {text_column!r}"
+    else:
         raise DataError(
-            f"{path}: texts load from .csv, .jsonl or .parquet files, not {suffix!r}; save "
-            "a table with a text column and a label column"
+            f"{path}: texts load from .csv, .jsonl or .parquet files (or .txt, one text a "
+            f"line), not {suffix!r}; save a table with a text column (and a label column for a "
+            "classifier)"
         )
-    df = _read_table(path, _TABLE_SUFFIXES[suffix], text_column, label_column)
-    _need_column(df, text_column, "text", path)
-    _need_column(df, label_column, "label", path)
-    if text_column == label_column:
-        raise DataError(f"{path}: text_column and label_column are both {text_column!r}")
-    if len(df) == 0:
-        raise DataError(f"{path} holds no rows; nothing to audit")
-    values = df[text_column].tolist()
     missing = [i for i, v in enumerate(values) if v is None or v is pd.NA
                or (isinstance(v, float) and v != v)]
     gaps = set(missing)
@@ -421,31 +493,38 @@ def _load_text_file(
         )
     empty = sorted(set(missing) | {i for i, v in enumerate(values)
                                    if isinstance(v, str) and not v.strip()})
-    notes: list[str] = []
     keep = np.ones(len(values), dtype=bool)
     if empty and not drop_empty:
-        shown = ", ".join(str(i) for i in empty[:20]) + (" ..." if len(empty) > 20 else "")
+        shown = _row_list(empty, suffix)
         many = len(empty) > 1
+        where = (f"in column {text_column!r}: data {'rows' if many else 'row'} {shown} "
+                 "(counted from 0, header excluded)" if suffix != _LINES_SUFFIX else
+                 f"on {'lines' if many else 'line'} {shown} (counted from 1; the data row is "
+                 "the line number - 1)")
         raise DataError(
             f"{path}: {plural(len(empty), 'row')} {'have' if many else 'has'} an empty or "
-            f"whitespace-only text in column {text_column!r}: data "
-            f"{'rows' if many else 'row'} {shown} (counted from 0, header excluded); fill or "
+            f"whitespace-only text {where}; fill or "
             f"remove {'them' if many else 'it'}, or pass drop_empty: true to drop "
             f"{'them' if many else 'it'} (later rows then move up)"
         )
     if empty:
         keep[empty] = False
+        numbers = [i + 1 for i in empty] if suffix == _LINES_SUFFIX else empty
         notes.append(
             f"dropped {plural(len(empty), 'row')} with an empty or whitespace-only text "
-            f"(data rows {empty[:20]}{' ...' if len(empty) > 20 else ''}); the rows after "
+            f"({rows_are if len(empty) > 1 else what} {numbers[:20]}"
+            f"{' ...' if len(empty) > 20 else ''}); the rows after "
             f"{'them' if len(empty) > 1 else 'it'} moved up"
         )
     if not keep.any():
         raise DataError(f"{path}: every text is empty; nothing to audit")
     texts = [v for v, k in zip(values, keep, strict=True) if k]
-    _check_cells(df[[label_column]], path, "label")
-    labels, classes = _encode(df[label_column].to_numpy()[keep], path)
-    notes.append(f"labels mapped to 0..{len(classes) - 1}: {describe_mapping(classes)}")
+    if y_raw is None:
+        labels, classes = np.zeros(len(texts), dtype=np.int64), [None]
+        notes.insert(0, unlabelled_note(unlabelled or f"{path} has no labels"))
+    else:
+        labels, classes = _encode(y_raw[keep], path)
+        notes.append(f"labels mapped to 0..{len(classes) - 1}: {describe_mapping(classes)}")
     repeated = len(texts) - len(set(texts))
     if repeated:
         notes.append(
@@ -461,5 +540,34 @@ def _load_text_file(
         kind="text",
         source=str(path.resolve()),
         notes="; ".join(notes),
-        preprocessing=f"{preprocessing}: as given (texts of column {text_column!r})",
+        preprocessing=f"{preprocessing}: as given ({described})",
     )
+
+
+def _row_list(rows: list[int], suffix: str) -> str:
+    """The first 20 of ``rows`` (0-based), as line numbers (from 1) for a .txt file."""
+    numbers = [i + 1 for i in rows] if suffix == _LINES_SUFFIX else rows
+    return ", ".join(str(i) for i in numbers[:20]) + (" ..." if len(numbers) > 20 else "")
+
+
+def _text_labels(df: pd.DataFrame, text_column: str, label_column: str | None, path: Path
+                 ) -> tuple[str | None, str | None]:  # fmt: skip
+    """The label column of a text table, or None and why the texts load unlabelled: with
+    ``label_column`` None, or the default ``label`` absent and no column of a close name
+    (``labels``, ``Label``, ``label_id``, ``lbl``: a DataError naming it, as for any label
+    column named and absent, since that is most likely the label column under another name).
+    Other columns of a corpus (``level``, ``table``, ``channel``) are no labels: ignored."""
+    if label_column is None:
+        ignored = " (its column 'label' ignored)" if "label" in df.columns else ""
+        return None, f"{path}: label_column is null (no labels){ignored}"
+    if label_column in df.columns or label_column != "label":
+        _need_column(df, label_column, "label", path)
+        return label_column, None
+    others = [str(c) for c in df.columns if c != text_column]
+    if any(difflib.SequenceMatcher(None, label_column, c.lower()).ratio() >= _LABEL_CLOSE
+           for c in others):
+        _need_column(df, label_column, "label", path,  # refused, naming the close column
+                     ", or label_column: null if the texts have no labels (a causal LM's "
+                     "audit needs none)")
+    present = [str(c) for c in df.columns]
+    return None, f"{path} has no label column {label_column!r}; its columns are {present}"

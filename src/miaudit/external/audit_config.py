@@ -458,8 +458,10 @@ def dump_audit_config(cfg: AuditConfig) -> str:
     return yaml.safe_dump(absolute_paths(cfg.to_dict(), Path.cwd()), sort_keys=False)
 
 
-# Table files: a label (or text) column names the column of the file itself.
-_TABLES = (".csv", ".parquet", ".pq", ".jsonl")
+# Table files: a label (or text) column names the column of the file itself. A .txt (texts,
+# one a line) has no columns: its loader takes the text column as implied and refuses a label
+# column (it holds no labels), so a --label-column given for one is not dropped unsaid.
+_TABLES = (".csv", ".parquet", ".pq", ".jsonl", ".txt")
 # Files fed as given: a public dataset in one of these is not given the audit data's
 # preprocessing (a registry dataset is, so both are scaled alike).
 _AS_GIVEN = (".npz", ".csv", ".parquet", ".pq")

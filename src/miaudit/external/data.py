@@ -201,13 +201,17 @@ def _label_mapping(ds: Dataset) -> str | None:
 
 
 def _check_compatible(data: Dataset, public: Dataset) -> None:
+    """The public data in the audit data's layout and label encoding; texts without labels
+    on either side are compared as texts only (a causal LM reads no label; a classifier
+    refuses them once its task is known: miaudit.data.dataset.require_labels)."""
     problems = []
     if public.input_shape != data.input_shape or public.kind != data.kind:
         problems.append(f"samples of shape {public.input_shape} ({public.kind}) vs "
                         f"{data.input_shape} ({data.kind})")
-    if public.num_classes != data.num_classes:
+    labelled = public.labelled and data.labelled
+    if labelled and public.num_classes != data.num_classes:
         problems.append(f"{public.num_classes} classes vs {data.num_classes}")
-    elif _label_mapping(public) != _label_mapping(data):
+    elif labelled and _label_mapping(public) != _label_mapping(data):
         problems.append(f"labels mapped {_label_mapping(public)} vs {_label_mapping(data)}")
     if problems:
         raise DataError(
@@ -323,7 +327,9 @@ def build_audit_data(cfg: AuditConfig) -> AuditData:
         public = data
         public_rows = read_rows(cfg.public.rows, len(data), "public.rows")
     elif not same:
-        _check_table_columns(cfg.data.dataset, cfg.public.dataset, cfg.data.membership_column)
+        if data.kind != "text":  # a text table's other columns are not read: only its texts
+            _check_table_columns(cfg.data.dataset, cfg.public.dataset,
+                                 cfg.data.membership_column)
         public = load_dataset(cfg.public.dataset, cfg.data_dir, **public_options)
         _check_compatible(data, public)
         public_rows = (read_rows(cfg.public.rows, len(public), "public.rows") if cfg.public.rows

@@ -2,7 +2,8 @@
 
 The folder (``save_pretrained``: config.json, weights, tokenizer.json) is read with
 ``local_files_only=True`` by :mod:`miaudit.models.hf`. The audit's texts (a text data file:
-``text_column`` + ``label_column``) are tokenized with the folder's own tokenizer, truncated
+``text_column`` + ``label_column``; a causal LM's need no label column, and a .txt holds one
+text a line) are tokenized with the folder's own tokenizer, truncated
 to ``model.max_length`` tokens (default: the model's positions, at most 512), and the audit
 goes on as for a PyTorch module (``Target.kind == "hf"``, white box):
 
@@ -36,6 +37,7 @@ import numpy as np
 
 from miaudit.attacks import list_attacks
 from miaudit.data import Dataset
+from miaudit.data.dataset import require_labels
 from miaudit.errors import ConfigError
 from miaudit.external.audit_config import AuditConfig
 from miaudit.external.data import AuditData, bank_features
@@ -199,6 +201,10 @@ def load_hf_target(cfg: AuditConfig, data: AuditData) -> tuple[Target, AuditData
             f"{data.data.name} is {data.kind} data: give a .csv/.jsonl/.parquet file with a "
             "text column (data.options: {text_column: text, label_column: label})."
         )
+    if folder.task != CAUSAL_LM:  # texts without labels are a causal LM's only
+        for ds in (data.data, data.public):
+            if ds is not None:
+                require_labels(ds, f"the Hugging Face classifier in {folder.path}")
     tokenizer, pad = load_tokenizer(folder)
     positions = folder.max_positions
     max_length = cfg.model.max_length or min(positions or DEFAULT_MAX_LENGTH, DEFAULT_MAX_LENGTH)

@@ -13,6 +13,7 @@ import torch
 from miaudit.attacks import get_attack
 from miaudit.attacks.registry import check_attack_params
 from miaudit.config import compute_section, identity_config
+from miaudit.data.dataset import require_labels
 from miaudit.errors import ConfigError
 from miaudit.external.audit_bank import bank_summary, build_audit_bank, skip_reasons
 from miaudit.external.audit_config import (
@@ -86,6 +87,7 @@ def _meta(cfg: AuditConfig, data: AuditData, target: Target, refs: References,
         "dataset": data.data.name,
         "dataset_source": data.data.source,
         "dataset_preprocessing": data.data.preprocessing,
+        "dataset_labels": "labelled" if data.data.labelled else "unlabelled",
         "public_dataset": None if data.public is None else data.public.name,
         "audit_samples": data.n_audit,
         "members": int(data.members.sum()),
@@ -107,15 +109,16 @@ def _meta(cfg: AuditConfig, data: AuditData, target: Target, refs: References,
 
 def _split_check(cfg: AuditConfig, data: AuditData) -> dict[str, Any] | None:
     """The model-free split check on the user's members and non-members (their rows' features
-    or texts and labels), None when the config turns it off."""
+    or texts, and labels when the data have them), None when the config turns it off."""
     if not cfg.metrics.split_check:
         return None
     n = data.n_audit
     texts = (data.texts[:n] if data.texts is not None
              else data.features[:n] if data.kind == "text" else None)
+    # texts without labels (a causal LM's): the texts alone, no label feature
+    labels = data.labels[:n] if data.data.labelled else None
     return split_check(data.members, features=None if texts is not None else data.features[:n],
-                       labels=data.labels[:n], texts=texts, metric_cfg=cfg.metrics,
-                       seed=cfg.seed)
+                       labels=labels, texts=texts, metric_cfg=cfg.metrics, seed=cfg.seed)
 
 
 def _claim(cfg: AuditConfig) -> dict[str, float] | None:
@@ -170,7 +173,8 @@ def run_audit(
         if rows:
             print(f"Most exposed training samples ({verdict.attack}; all in exposed.csv):")
             for r in rows[:5]:
-                print(f"  #{r['rank']}  row {r['row']:>6}  label {r['label']}  "
+                label = f"label {r['label']}  " if r["label"] != "" else ""
+                print(f"  #{r['rank']}  row {r['row']:>6}  {label}"
                       f"score {r['score']:.4g}  flagged at FPR {100 * r['flagged_at_fpr']:.3g}%")
         print(f"\nreport: {out / 'report.html'}")
     return result, out
@@ -193,6 +197,8 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool,
             "numeric features."
         )
     else:
+        # texts reach here as precomputed outputs only: a classifier's, which need labels
+        require_labels(data.data, "an audit of precomputed outputs (a classifier's)")
         if cfg.model.module or cfg.model.predict:  # what can be checked without their code,
             # before it is imported (load_target): the signals, the attacks listed and the
             # references' inputs, for the kind of target the config names
@@ -241,6 +247,8 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool,
         predicted = (None if target.causal_lm  # an LM predicts tokens, not the label
                      else built.bank.logits[0, : data.n_audit, 0].argmax(axis=-1))
         ranked = rank_exposed(result, verdict.attack, data, int(data.members.sum()), predicted)
+        if not data.data.labelled:  # texts without labels: no label to show (all read 0)
+            ranked = [{**r, "label": ""} for r in ranked]
         top = ranked[: cfg.exposed]
         result.meta["exposure"] = {"attack": verdict.attack,
                                    "n_members": int(data.members.sum()), "rows": top}

@@ -10,6 +10,7 @@ import numpy as np
 
 from miaudit.config import RunConfig, compute_section, recipe_fields
 from miaudit.data import Dataset
+from miaudit.data.dataset import require_labels
 from miaudit.errors import ConfigError
 from miaudit.protocol import Design
 from miaudit.train import CheckpointSpec, ModelCache, Recipe, TrainedModel, key_for
@@ -57,6 +58,21 @@ def resolve_recipes(cfg: RunConfig) -> Recipes:
     return Recipes(target, reference, str(source))
 
 
+def check_labels(cfg: RunConfig, dataset: Dataset) -> None:
+    """Texts without labels (:attr:`miaudit.data.Dataset.labelled`) train causal LMs only: a
+    DataError, the loader's own message for the missing label column, when the target's or
+    the references' recipe is a classifier (text-cnn, minilm, ...)."""
+    if dataset.labelled:
+        return
+    from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
+
+    recipes = resolve_recipes(cfg)
+    for where, recipe in (("recipe", recipes.target), ("reference_recipe", recipes.reference)):
+        if recipe.architecture not in CAUSAL_LM_ARCHITECTURES:
+            require_labels(dataset, f"{where}.architecture {recipe.architecture!r} (a "
+                                    "classifier)")
+
+
 def checkpoint_spec(cfg: RunConfig) -> CheckpointSpec | None:
     """The config's checkpoints, or None when it keeps none."""
     spec = CheckpointSpec(cfg.checkpoints.epochs, cfg.checkpoints.steps)
@@ -83,6 +99,7 @@ def train_design(
     With gradient canaries (``canaries.kind: gradient``) the target trains on this machine
     with them (:meth:`ModelCache.get_or_train_with_canaries`, its own cache key) and their
     record comes back second (None otherwise); the references are as without them."""
+    check_labels(cfg, dataset)  # a classifier on texts without labels: before any training
     recipes = resolve_recipes(cfg)
     spec = checkpoint_spec(cfg)
     compute = run_compute(cfg)

@@ -23,7 +23,7 @@ from miaudit.config.plan import dataset_kind
 from miaudit.io import write_text
 from miaudit.pipeline.checkpoint_audit import audit_checkpoints, checkpoints_table
 from miaudit.pipeline.evaluate import evaluate_bank
-from miaudit.pipeline.models import resolve_recipes
+from miaudit.pipeline.models import check_labels, resolve_recipes
 from miaudit.pipeline.querying import BuiltBank, build_bank
 from miaudit.pipeline.split_check import split_check
 from miaudit.privacy.best_bound import privacy_audit
@@ -73,21 +73,39 @@ def _split_check(cfg: RunConfig, built: BuiltBank) -> dict[str, Any] | None:
     members = bank.membership[built.design.target][bank.audit]
     texts = None if built.texts is None else built.texts[rows]
     source = built.original or built.dataset  # the values before canaries relabelled any
+    # texts without labels (a causal LM's): the texts alone, no label feature
+    labels = source.labels[rows] if source.labelled else None
     return split_check(members, features=None if texts is not None else source.features[rows],
-                       labels=source.labels[rows], texts=texts, metric_cfg=cfg.metrics,
-                       seed=cfg.seed)
+                       labels=labels, texts=texts, metric_cfg=cfg.metrics, seed=cfg.seed)
 
 
 def _check_attacks_fit(cfg: RunConfig) -> None:
     """Every attack listed can run on the bank the run will build (config.check_attacks_fit),
     before any model trains: planned from the config, and for a dataset whose kind only
-    loading tells (a user's .npz: images or a table) again with the kind it loads as."""
+    loading tells (a user's .npz: images or a table) again with the kind it loads as. And a
+    classifier recipe on a user's text file, which loads unlabelled without a label column,
+    is refused here, before any work (pipeline.models.check_labels)."""
     check_attacks_fit(cfg)
-    if dataset_kind(cfg.dataset.name, cfg.dataset.options, cfg.data_dir) is None:
+    kind = dataset_kind(cfg.dataset.name, cfg.dataset.options, cfg.data_dir)
+    if kind is None or (kind == "text" and _classifier_on_a_file(cfg)):
         from miaudit.data import load_dataset
 
         loaded = load_dataset(cfg.dataset.name, cfg.data_dir, **cfg.dataset.options)
         check_attacks_fit(cfg, loaded.kind)
+        check_labels(cfg, loaded)
+
+
+def _classifier_on_a_file(cfg: RunConfig) -> bool:
+    """Whether a recipe of the run is a classifier and its dataset a user's file (a registry
+    dataset always has labels)."""
+    from miaudit.data import list_datasets
+    from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
+
+    recipes = resolve_recipes(cfg)
+    if all(r.architecture in CAUSAL_LM_ARCHITECTURES for r in (recipes.target,
+                                                                recipes.reference)):
+        return False
+    return cfg.dataset.name not in {info.name for info in list_datasets(cfg.data_dir)}
 
 
 def run(
@@ -170,6 +188,7 @@ def _run_into(
         "dataset_source": built.dataset.source,
         "dataset_notes": built.dataset.notes,
         "dataset_preprocessing": built.dataset.preprocessing,
+        "dataset_labels": "labelled" if built.dataset.labelled else "unlabelled",
         "design": cfg.design,
         "n_models": built.design.n_models,
         "forgetting_models": len(built.forgetting),
