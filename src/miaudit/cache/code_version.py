@@ -67,6 +67,8 @@ TRAINER_CODE: dict[str, str] = {
     "miaudit.models.user": "the user's own module class, imported and instantiated",
     "miaudit.models.pretrained": "base models by name or GGUF: the de-quantised starting "
                                  "weights a fine-tuned model begins from",
+    "miaudit.models.lm_parts": "a causal LM's next-token loss from its hidden states and head, "
+                               "a chunk of positions at a time",
     "miaudit.models.hf_lm": "hf-causal-lm: the base copied, LoRA put on it, which parameters "
                             "train and what the adapter-only state dict holds",
     "miaudit.train.gradient_canaries": "white-box canaries added to DP-SGD's noisy steps",

@@ -14,6 +14,7 @@ the caller runs once per model.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,11 +29,12 @@ from miaudit.models.text import lm_outputs, token_ids
 class LMParts:
     """``decoder(input_ids, attention_mask, past_key_values, use_cache)`` -> last hidden
     state; ``head``: hidden -> logits; ``to_ids``: feature ids -> (token ids, real-token
-    mask), the wrapper's own mapping."""
+    mask), the wrapper's own mapping; ``pad``: the pad id among the token ids."""
 
     decoder: nn.Module
     head: nn.Module
     to_ids: Callable[[Tensor], tuple[Tensor, Tensor]]
+    pad: int
 
 
 def _unwrap(lm: nn.Module) -> nn.Module:
@@ -49,7 +51,7 @@ def lm_parts(module: nn.Module) -> LMParts | None:
     from miaudit.models.text import CausalLM
 
     if isinstance(module, HFCausalLM):
-        lm, to_ids = _unwrap(module.model), module._ids
+        lm, to_ids, pad = _unwrap(module.model), module._ids, int(module.token_pad)
     elif isinstance(module, CausalLM):
         lm = module.lm
         pad = int(module.pad_id)
@@ -63,7 +65,7 @@ def lm_parts(module: nn.Module) -> LMParts | None:
     head = lm.get_output_embeddings() if hasattr(lm, "get_output_embeddings") else None
     if decoder is None or decoder is lm or not isinstance(head, nn.Linear):
         return None
-    return LMParts(decoder=decoder, head=head, to_ids=to_ids)
+    return LMParts(decoder=decoder, head=head, to_ids=to_ids, pad=pad)
 
 
 def hidden_states(parts: LMParts, x: Tensor, past: Any = None) -> tuple[Tensor, Tensor]:
@@ -105,3 +107,87 @@ def parts_agree(module: nn.Module, parts: LMParts, x: Tensor, tolerance: float =
         return False
     scale = max(1.0, float(full.abs().max()))
     return bool((mine.float() - full.float()).abs().max() <= tolerance * scale)
+
+
+# Floats of one chunk of [positions, V] logits in the training loss: 2**22 (16 MiB); four
+# times that when the head itself trains (full fine-tuning).
+LOSS_CHUNK_FLOATS = 2**22
+# training_parts' answer per module (checked once; gone with the module)
+_TRAINING_PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Summed cross-entropy of ``hidden @ weight.T`` against ``targets``, a chunk of rows at a
+    time, each chunk's gradients (softmax - one-hot, times the weight or the hidden rows)
+    taken at once in the forward: no [n, V] logits outlive their chunk. Compute as autograd
+    would (the same products), only the order of the weight gradient's sums over chunks
+    differs."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
+        # a weight gradient is a [V, H] sum over chunks: fewer, larger chunks to add up
+        floats = LOSS_CHUNK_FLOATS * (4 if ctx.needs_input_grad[1] else 1)
+        step = max(1, floats // max(1, weight.shape[0]))
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = (torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+                       if ctx.needs_input_grad[1] else None)  # fmt: skip
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for lo in range(0, hidden.shape[0], step):
+            rows, wanted = hidden[lo : lo + step], targets[lo : lo + step]
+            logits = (rows @ weight.T).float()
+            norm = logits.logsumexp(-1)
+            total += (norm - logits.gather(-1, wanted[:, None]).squeeze(-1)).sum()
+            if grad_hidden is None and grad_weight is None:
+                continue
+            probs = logits.sub_(norm[:, None]).exp_()  # softmax, in place of the logits
+            probs[torch.arange(len(wanted), device=probs.device), wanted] -= 1.0
+            if grad_hidden is not None:
+                grad_hidden[lo : lo + step] = probs.to(weight.dtype) @ weight
+            if grad_weight is not None:
+                grad_weight.addmm_(probs.T, rows.float())
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.dtype = weight.dtype
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad_total: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return (None if grad_hidden is None else grad_hidden * grad_total,
+                None if grad_weight is None else (grad_weight * grad_total).to(ctx.dtype),
+                None)  # fmt: skip
+
+
+def chunked_next_token_loss(parts: LMParts, x: Tensor) -> Tensor:
+    """Mean cross-entropy of token t + 1 given tokens <= t over the targets that are not
+    padding (:func:`miaudit.models.text.next_token_loss`'s value and gradients), from the
+    decoder's hidden states and the head's weight a chunk of positions at a time: no
+    [B, T, V] logits, and no head product for padding or a text's last position."""
+    hidden, ids = hidden_states(parts, x)
+    keep = ids[:, 1:] != parts.pad
+    rows, targets = hidden[:, :-1][keep], ids[:, 1:][keep]
+    if len(targets) == 0:  # as cross_entropy's mean over no target
+        return hidden.sum() * float("nan")
+    return _LinearCrossEntropy.apply(rows, parts.head.weight, targets) / len(targets)
+
+
+def training_parts(module: nn.Module) -> LMParts | None:
+    """The parts the training loss reads, checked once per module (in eval mode, so that
+    dropout cannot tell the two routes apart): None for a head with a bias or one that is
+    not a plain linear map (its loss comes from the full logits)."""
+    if module in _TRAINING_PARTS:
+        return _TRAINING_PARTS[module]
+    parts = lm_parts(module)
+    if parts is not None and parts.head.bias is not None:
+        parts = None
+    if parts is not None:
+        was_training = module.training
+        module.eval()
+        try:
+            probe = torch.arange(1, 9, device=parts.head.weight.device)[None, :].float()
+            probe = probe.clamp_max(parts.head.weight.shape[0] - 1)
+            if not parts_agree(module, parts, probe):
+                parts = None
+        finally:
+            module.train(was_training)
+    _TRAINING_PARTS[module] = parts
+    return parts

@@ -45,11 +45,18 @@ def is_causal_lm(module: nn.Module) -> bool:
 
 def _lm_loss(module: nn.Module, xb: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of a causal LM on float token ids ``xb`` [B, T]
-    (:func:`miaudit.models.text.next_token_loss`; imported here, not at module import), the
-    columns every row pads cut first (no forward over padding)."""
+    (:func:`miaudit.models.text.next_token_loss`'s value; imported here, not at module
+    import), the columns every row pads cut first (no forward over padding)."""
+    from miaudit.models.lm_parts import chunked_next_token_loss, training_parts
     from miaudit.models.text import lm_outputs, next_token_loss, trim_padding
 
-    logits, ids, pad = lm_outputs(module, trim_padding(xb, module.pad_id))
+    x = trim_padding(xb, module.pad_id)
+    # fp32: the loss from the hidden states a chunk of positions at a time (no [B, T, V]
+    # logits); under bf16 autocast, and for a model that cannot be taken apart, the logits'
+    parts = None if torch.is_autocast_enabled(x.device.type) else training_parts(module)
+    if parts is not None:
+        return chunked_next_token_loss(parts, x)
+    logits, ids, pad = lm_outputs(module, x)
     return next_token_loss(logits, ids, pad)
 
 
