@@ -22,6 +22,8 @@ def overrides(tmp_path, docstring_texts, base_folder) -> dict:
     n = len(texts)
     return {
         "epochs": [1, 3],
+        "fine_tuning": ["lora", "full"],
+        "repetitions": 1,
         "bootstrap": 10,
         "setup": {
             "dataset": {"name": str(path), "options": {"text_column": "text",
@@ -42,12 +44,19 @@ def test_the_study_scores_each_epochs_checkpoint_and_resumes(tmp_path, overrides
     out = tmp_path / "study"
     table, _ = run_study("llm", "cpu", overrides, executor="serial", out=out, progress=False)
     assert sorted(table["epochs"].unique()) == [1, 3]
-    for _, part in table.groupby("epochs"):
+    assert sorted(table["fine_tuning"].unique()) == ["full", "lora"]
+    for _, part in table.groupby(["fine_tuning", "epochs"]):
         assert list(part["attack"]) == ATTACKS
         assert (part["n_nonmembers"] + part["n_members"] == overrides["setup"]["split"]["audit"]
                 ).all()
-    first, last = (table[table["epochs"] == e].iloc[0] for e in (1, 3))
+    # EZ-MIA and WBC score from the target's and the base's token log-probs: finite AUCs
+    assert table[table["attack"].isin(["ez-mia", "wbc"])]["auc"].notna().all()
+    lora = table[table["fine_tuning"] == "lora"]
+    first, last = (lora[lora["epochs"] == e].iloc[0] for e in (1, 3))
     assert first["models_trained"] == 1  # one training run for the whole sweep
+    full = table[table["fine_tuning"] == "full"]
+    assert (full["models_trained"] == 1).all()
+    assert full.iloc[0]["target_train_s"] > 0
     # the base model, queried once, scores every checkpoint alike
     base = table[table["attack"] == "lm-base-reference"]
     assert base["auc"].notna().all()
@@ -55,8 +64,9 @@ def test_the_study_scores_each_epochs_checkpoint_and_resumes(tmp_path, overrides
     assert first["canaries_in"] + first["canaries_out"] == 12
     assert 0 <= first["exposure_in_median"] <= first["exposure_cap"]
     summary = (out / "summary.md").read_text()
+    assert "indicative only (1 seed(s)" in summary  # 32 non-members, one seed: no finding
     for heading in ("## Attacks per epochs", "## Secret canaries per epochs",
-                    "## Blind baseline"):
+                    "## Blind baseline", "## The published ordering"):
         assert heading in summary
     for name in ("attacks.csv", "canaries.csv", "results.csv"):
         assert (out / name).is_file()
@@ -68,6 +78,12 @@ def test_bad_sweeps_are_refused():
     base = {"epochs": [1, 2], "references": 0, "repetitions": 1, "attacks": ATTACKS,
             "bootstrap": 10, "device": "cpu"}
     assert [c.params["epochs_sweep"] for c in cells(base)] == [[1, 2]]
+    both = cells({**base, "fine_tuning": ["lora", "full"], "repetitions": 2})
+    assert [(c.params["fine_tuning"], c.params["rep"]) for c in both] == [
+        ("lora", 0), ("lora", 1), ("full", 0), ("full", 1)]
+    for bad in ([], ["lora", "lora"], ["qlora"], "lora"):
+        with pytest.raises(StudyError, match="fine_tuning"):
+            cells({**base, "fine_tuning": bad})
     for bad in ([], [0], [2, 2], "3"):
         with pytest.raises(StudyError, match="epochs"):
             cells({**base, "epochs": bad})

