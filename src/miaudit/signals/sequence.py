@@ -45,9 +45,10 @@ class PositionSignals(NamedTuple):
     top1: torch.Tensor
 
 
-# Floats of one chunk of [positions, V] log-probabilities: 2**22 (16 MiB), ~85 positions of
-# SmolLM2's 49,152-token vocabulary; a few passes over a chunk stay in the CPU's caches.
-CHUNK_FLOATS = 2**22
+# Floats of one chunk of [positions, V] log-probabilities: 2**24 (64 MiB), ~340 positions of
+# SmolLM2's 49,152-token vocabulary (2**22 measured 8% slower on 2 CPU cores: smaller head
+# products; bench/bench_llm.md).
+CHUNK_FLOATS = 2**24
 
 
 def position_statistics(
