@@ -156,8 +156,8 @@ def canary_table(table: pd.DataFrame) -> pd.DataFrame:
             "fine-tuning": tuning, "epochs": int(epochs),
             "ppl members / non-members": f"{cells['target_train_ppl'].mean():.2f} / "
                                          f"{cells['target_test_ppl'].mean():.2f}",
-            "canaries in / out": f"{int(cells['canaries_in'].mean())} / "
-                                 f"{int(cells['canaries_out'].mean())}",
+            "canaries in / out": f"{cells['canaries_in'].mean():.3g} / "
+                                 f"{cells['canaries_out'].mean():.3g}",
             "best one-run ε (attack)": "-" if best is None or pd.isna(best["canary_eps"])
             else f"{best['canary_eps']:.2f} ({best['attack']})" if best["canary_eps"] > 0
             else "0 (none certifies ε > 0)",
