@@ -32,6 +32,36 @@ def test_bad_values_are_reported():
             config_from_dict({"seed": seed})
 
 
+@pytest.mark.parametrize("data, match", [
+    ({"metrics": {"bootstrap": "abc"}}, r"metrics\.bootstrap must be an integer >= 0.*'abc'"),
+    ({"metrics": {"bootstrap": -1}}, r"metrics\.bootstrap must be an integer >= 0"),
+    ({"metrics": {"bootstrap": True}}, r"metrics\.bootstrap must be an integer"),
+    ({"metrics": {"fprs": 0.01}}, r"metrics\.fprs must be a non-empty list .*write \[0\.01\]"),
+    ({"metrics": {"fprs": []}}, r"metrics\.fprs must be a non-empty list"),
+    ({"metrics": {"fprs": ["x"]}}, r"metrics\.fprs must be a number"),
+    ({"metrics": {"fprs": [0.01, 1.5]}}, r"metrics\.fprs must lie in \(0, 1\)"),
+    ({"metrics": {"recalls": 0.5}}, r"metrics\.recalls must be a non-empty list"),
+    ({"metrics": {"confidence": 95}}, r"metrics\.confidence must lie in \(0, 1\)"),
+    ({"metrics": {"split_check": "no"}}, r"metrics\.split_check must be true or false"),
+    ({"models": True}, r"models must be an integer >= 1 .*got True"),
+    ({"models": "3"}, r"models must be an integer >= 1"),
+    ({"target": False}, r"target must be an integer model index"),
+])
+def test_wrong_types_are_config_errors_not_type_errors(data, match):
+    """Values of the wrong type stop at the config with what to write instead (they used to
+    pass and die later as a TypeError of numpy's)."""
+    with pytest.raises(ConfigError, match=match):
+        config_from_dict({"name": "x", "dataset": {"name": "digits"}, **data})
+
+
+def test_metrics_accept_what_they_did():
+    import numpy as np
+
+    cfg = config_from_dict({"name": "x", "dataset": {"name": "digits"},
+                            "metrics": {"fprs": (0.001, 0.1), "bootstrap": np.int64(0)}})
+    assert cfg.metrics.fprs == [0.001, 0.1] and cfg.metrics.bootstrap == 0
+
+
 def test_bad_yaml_and_missing_file(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed")

@@ -177,8 +177,11 @@ def _check_types(cfg: RunConfig) -> None:
          f"seed must be an integer >= 0 (it seeds numpy's generators); got {cfg.seed!r}.")
     if cfg.signals is None:  # `signals:` left empty in the YAML
         cfg.signals = SignalsConfig()
-    need(isinstance(cfg.models, int) and cfg.models >= 1, "models must be an integer >= 1.")
-    need(isinstance(cfg.target, int), "target must be an integer model index.")
+    need(isinstance(cfg.models, int) and not isinstance(cfg.models, bool) and cfg.models >= 1,
+         f"models must be an integer >= 1 (the target and its references); got "
+         f"{cfg.models!r}.")
+    need(isinstance(cfg.target, int) and not isinstance(cfg.target, bool),
+         f"target must be an integer model index; got {cfg.target!r}.")
     need(not isinstance(cfg.models, int) or 0 <= cfg.target < cfg.models,
          f"target is {cfg.target!r}, but the run has {cfg.models} models (0..{cfg.models - 1}); "
          "target is the index of the model attacked: set it in that range or raise models.")

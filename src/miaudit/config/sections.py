@@ -8,6 +8,7 @@ both for queries and gradient norms), forgetting, checkpoints, metrics, canaries
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
@@ -189,6 +190,18 @@ class MetricsConfig:
         # section without a RunConfig
         check_delta(self.epsilon_delta, "metrics.epsilon_delta")
         check_alpha(self.epsilon_alpha, "metrics.epsilon_alpha")
+        self.fprs = _rates(self.fprs, "metrics.fprs", "false-positive rates, e.g. [0.001, 0.01]")
+        self.recalls = _rates(self.recalls, "metrics.recalls", "recalls, e.g. [0.5, 0.9]")
+        if (isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, numbers.Integral)
+                or self.bootstrap < 0):
+            raise ConfigError(f"metrics.bootstrap must be an integer >= 0 (bootstrap "
+                              f"resamples of each interval; 0: none); got {self.bootstrap!r}.")
+        if not 0.0 < _real(self.confidence, "metrics.confidence") < 1.0:
+            raise ConfigError(f"metrics.confidence must lie in (0, 1) (0.95 for 95% "
+                              f"intervals); got {self.confidence!r}.")
+        if not isinstance(self.split_check, bool):
+            raise ConfigError(f"metrics.split_check must be true or false; got "
+                              f"{self.split_check!r}.")
 
 
 @dataclass
@@ -332,6 +345,19 @@ def _real(value: Any, name: str) -> float:
         hint = " (YAML reads 1e-5 as text: write 1.0e-5)" if isinstance(value, str) else ""
         raise ConfigError(f"{name} must be a number; got {value!r}{hint}.")
     return float(value)
+
+
+def _rates(value: Any, name: str, what: str) -> list[float]:
+    """A non-empty list of numbers in (0, 1) (a lone number is not a list: said so)."""
+    listed = hasattr(value, "__len__") and hasattr(value, "__iter__")
+    if isinstance(value, (str, bytes, Mapping)) or not listed or len(value) == 0:
+        raise ConfigError(f"{name} must be a non-empty list of {what}; got {value!r}"
+                          + (f" (write [{value}])" if isinstance(value, (int, float))
+                             and not isinstance(value, bool) else "") + ".")
+    rates = [_real(v, name) for v in value]
+    if not all(0.0 < r < 1.0 for r in rates):
+        raise ConfigError(f"{name} must lie in (0, 1); got {list(value)!r}.")
+    return rates
 
 
 def check_delta(value: Any, name: str) -> float:
