@@ -40,6 +40,7 @@ def test_bad_values_are_reported():
     ({"metrics": {"fprs": []}}, r"metrics\.fprs must be a non-empty list"),
     ({"metrics": {"fprs": ["x"]}}, r"metrics\.fprs must be a number"),
     ({"metrics": {"fprs": [0.01, 1.5]}}, r"metrics\.fprs must lie in \(0, 1\)"),
+    ({"metrics": {"fprs": [0.01, 1.0]}}, r"metrics\.fprs must lie in \(0, 1\)"),  # a run's
     ({"metrics": {"recalls": 0.5}}, r"metrics\.recalls must be a non-empty list"),
     ({"metrics": {"confidence": 95}}, r"metrics\.confidence must lie in \(0, 1\)"),
     ({"metrics": {"split_check": "no"}}, r"metrics\.split_check must be true or false"),

@@ -348,14 +348,15 @@ def _real(value: Any, name: str) -> float:
 
 
 def _rates(value: Any, name: str, what: str) -> list[float]:
-    """A non-empty list of numbers in (0, 1) (a lone number is not a list: said so)."""
+    """A non-empty list of numbers in (0, 1] (a lone number is not a list: said so)."""
     listed = hasattr(value, "__len__") and hasattr(value, "__iter__")
     if isinstance(value, (str, bytes, Mapping)) or not listed or len(value) == 0:
         raise ConfigError(f"{name} must be a non-empty list of {what}; got {value!r}"
                           + (f" (write [{value}])" if isinstance(value, (int, float))
                              and not isinstance(value, bool) else "") + ".")
     rates = [_real(v, name) for v in value]
-    if not all(0.0 < r < 1.0 for r in rates):
+    # (0, 1]: a study's curve may end at 1; a run's config is held to (0, 1) (config/run.py)
+    if not all(0.0 < r <= 1.0 for r in rates):
         raise ConfigError(f"{name} must lie in (0, 1); got {list(value)!r}.")
     return rates
 
