@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from lm_users import write_split
 
 import miaudit
 from miaudit.cli.main import main
@@ -65,11 +66,7 @@ def hf_user(tmp_path_factory, docstring_texts):
     root = tmp_path_factory.mktemp("hf-user")
     texts, labels = docstring_texts
     pd.DataFrame({"text": texts, "label": labels}).to_csv(root / "texts.csv", index=False)
-    order = np.random.default_rng(0).permutation(len(texts))
-    rows = {"members": np.sort(order[:32]), "nonmembers": np.sort(order[32:64]),
-            "public": np.sort(order[64:])}
-    for name, values in rows.items():
-        np.savetxt(root / f"{name}.txt", values, fmt="%d")
+    rows = write_split(root, len(texts))
     tokenizer = transformers.PreTrainedTokenizerFast(
         tokenizer_object=train_bpe(texts, vocab_size=300), pad_token="<pad>", bos_token="<s>",
         eos_token="</s>")

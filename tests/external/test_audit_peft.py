@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from lm_users import lora_model, write_split
 
 import miaudit
 from miaudit.cli.main import main
@@ -35,17 +36,8 @@ def peft_user(tmp_path_factory, docstring_texts, base_folder):
     root = tmp_path_factory.mktemp("peft-user")
     texts, labels = docstring_texts
     pd.DataFrame({"text": texts, "label": labels}).to_csv(root / "texts.csv", index=False)
-    order = np.random.default_rng(0).permutation(len(texts))
-    rows = {"members": np.sort(order[:32]), "nonmembers": np.sort(order[32:64]),
-            "public": np.sort(order[64:])}
-    for name, values in rows.items():
-        np.savetxt(root / f"{name}.txt", values, fmt="%d")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(base_folder)
-    torch.manual_seed(0)
-    base = transformers.AutoModelForCausalLM.from_pretrained(base_folder, dtype=torch.float32)
-    model = peft.get_peft_model(base, peft.LoraConfig(
-        r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
-        task_type="CAUSAL_LM"))  # fmt: skip
+    rows = write_split(root, len(texts))
+    model, tokenizer = lora_model(base_folder)
     batch = dict(tokenizer([texts[i] for i in rows["members"]], truncation=True,
                            max_length=MAX_LENGTH, padding="max_length", return_tensors="pt"))
     targets = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)

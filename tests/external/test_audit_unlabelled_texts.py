@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from lm_users import lora_model, write_split
 
 import miaudit
 from miaudit.cli.main import main
@@ -74,11 +75,7 @@ def user(tmp_path_factory, docstring_texts):
     texts, modules = docstring_texts
     assert not any("\n" in t for t in texts)  # one text a line in the .txt
     files = _write_texts(root, texts)
-    order = np.random.default_rng(0).permutation(len(texts))
-    rows = {"members": np.sort(order[:32]), "nonmembers": np.sort(order[32:64]),
-            "public": np.sort(order[64:])}
-    for name, values in rows.items():
-        np.savetxt(root / f"{name}.txt", values, fmt="%d")
+    rows = write_split(root, len(texts))
     tokenizer = transformers.PreTrainedTokenizerFast(
         tokenizer_object=train_bpe(texts, vocab_size=300), pad_token="<pad>", bos_token="<s>",
         eos_token="</s>")
@@ -227,13 +224,8 @@ def adapter(user, tmp_path_factory, base_folder):
     """A LoRA adapter (r 4 on q_proj/v_proj) trained with peft on the 32 member texts over
     the session's tiny random Llama, as a user makes one outside miaudit; saved without a
     tokenizer (its base's is used)."""
-    peft = pytest.importorskip("peft")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(base_folder)
-    torch.manual_seed(0)
-    base = transformers.AutoModelForCausalLM.from_pretrained(base_folder, dtype=torch.float32)
-    model = peft.get_peft_model(base, peft.LoraConfig(
-        r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"],
-        task_type="CAUSAL_LM"))  # fmt: skip
+    pytest.importorskip("peft")
+    model, tokenizer = lora_model(base_folder)
     batch = dict(tokenizer([user["texts"][i] for i in user["rows"]["members"]],
                            truncation=True, max_length=32, padding="max_length",
                            return_tensors="pt"))
