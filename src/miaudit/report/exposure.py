@@ -4,13 +4,13 @@
 attacker accepts to flag each (the share of non-members scoring at least as high); both the
 run report and `miaudit audit` (:mod:`miaudit.external.exposed`) use it. The audit's sections
 read ``result.meta["verdict"]`` and ``result.meta["exposure"]`` (written by
-:mod:`miaudit.external`); a report without them shows the ranking of :func:`exposed_html`.
+:mod:`miaudit.external`); a report without them shows the ranking of :func:`exposed_section`.
+The functions here compute the values; templates/exposure.html.j2 lays them out.
 """
 
 from __future__ import annotations
 
 import base64
-from html import escape
 from typing import Any
 
 import numpy as np
@@ -55,87 +55,46 @@ def rank_members(result: AuditResult, attack: str, top: int | None = None) -> li
     return ranked
 
 
-def _verdict_html(verdict: ReleaseVerdict) -> str:
-    parts = ["<h3>For a release decision</h3>", f"<p><b>{escape(verdict.headline)}</b></p>"]
-    parts += [f"<p>{escape(p)}</p>" for p in verdict.paragraphs]
-    caveats = verdict.caveats
-    if caveats:
-        parts.append("<ul>" + "".join(f"<li>{escape(c)}</li>" for c in caveats) + "</ul>")
-    return "\n".join(parts)
-
-
 def _fpr(value: float) -> str:
     return "0 (above every non-member)" if value == 0 else f"{100 * value:.3g}%"
 
 
-def exposed_html(result: AuditResult, attack: str | None, top: int) -> str:
-    """The most exposed members under `attack` (the strongest) for a report without the
-    audit's exposure section: dataset rows when ``result.rows`` is known, else bank positions,
-    labelled as such."""
+def exposed_section(result: AuditResult, attack: str | None, top: int) -> dict[str, Any]:
+    """The values of the most exposed members under `attack` (the strongest) for a report
+    without the audit's exposure section (``exposed`` in exposure.html.j2): dataset rows when
+    ``result.rows`` is known, else bank positions, labelled as such."""
     if attack is None:
-        return '<p class="muted">No attacks.</p>'
+        return {"attack": None, "rows": []}
     ranked = rank_members(result, attack, top)
-    if not ranked:
-        return '<p class="muted">No member could be ranked.</p>'
     known = result.rows is not None
-    where = ("<i>dataset row</i> is the sample's row in the dataset (as in scores.csv's "
-             "<code>row</code> column)" if known else
-             "<i>bank position</i> is the sample's position in the bank (scores.csv's "
-             "<code>index</code>): the bank does not record dataset rows")
-    intro = (
-        f"<p>The {len(ranked)} members with the highest score under <b>{escape(attack)}</b>, "
-        f"the strongest attack (★ in the table), most exposed first. {where}; <i>flagged at "
-        "FPR</i> is the share of non-members scoring at least as high, i.e. the false-alarm "
-        "rate an attacker accepts to flag this sample.</p>"
-    )
     header = ["rank", "dataset row" if known else "bank position", "score", "flagged at FPR",
               "non-members above"]
-    head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>" + "".join(f'<td class="num">{escape(str(c))}</td>' for c in (
-            r["rank"], r["row"] if known else r["bank_index"], f"{r['score']:.6g}",
-            _fpr(r["flagged_at_fpr"]), r["nonmembers_above"])) + "</tr>"
-        for r in ranked
-    )
-    return intro + f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    rows = [[r["rank"], r["row"] if known else r["bank_index"], f"{r['score']:.6g}",
+             _fpr(r["flagged_at_fpr"]), r["nonmembers_above"]] for r in ranked]
+    return {"attack": attack, "known": known, "header": header, "rows": rows}
 
 
-def _exposure_html(exposure: dict[str, Any], figures: dict[str, bytes]) -> str:
-    rows = exposure.get("rows") or []
-    if not rows:
-        return '<p class="muted">No training sample could be ranked.</p>'
-    intro = (
-        f"<p>The {len(rows)} training samples (of {exposure.get('n_members', '?'):,}) with the "
-        f"highest score under <b>{escape(str(exposure.get('attack')))}</b>, the attack the "
-        "release statement quotes. <i>row</i> is the sample's row in your data; <i>flagged "
-        "at FPR</i> is the share of non-members scoring at least as high, i.e. the false-alarm "
-        "rate an attacker accepts to flag this sample. The full list is in exposed.csv.</p>"
-    )
-    head = "".join(f"<th>{escape(h)}</th>" for h in _HEADER)
-    body = "".join(
-        "<tr>" + "".join(f'<td class="num">{escape(str(c))}</td>' for c in (
-            r["rank"], r["row"], r["label"], r["predicted"], f"{r['score']:.6g}",
-            _fpr(r["flagged_at_fpr"]), r["nonmembers_above"])) + "</tr>"
-        for r in rows
-    )
-    html = intro + f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def _exposure_section(exposure: dict[str, Any], figures: dict[str, bytes]) -> dict[str, Any]:
+    rows = [[r["rank"], r["row"], r["label"], r["predicted"], f"{r['score']:.6g}",
+             _fpr(r["flagged_at_fpr"]), r["nonmembers_above"]]
+            for r in exposure.get("rows") or []]
+    n_members = exposure.get("n_members")
     png = figures.get(EXPOSURE_FIGURE)
-    if png:
-        data = base64.b64encode(png).decode("ascii")
-        html += (f'<figure><img alt="most exposed training samples" '
-                 f'src="data:image/png;base64,{data}"><figcaption>The ranked training images, '
-                 "most exposed first, with their row, label and the FPR at which they are "
-                 "flagged.</figcaption></figure>")
-    return html
+    return {"rows": rows, "header": _HEADER, "attack": str(exposure.get("attack")),
+            # "?" when the run did not record it (this used to fail: '?' has no ',' format)
+            "n_members": "?" if n_members is None else f"{n_members:,}"
+            if isinstance(n_members, (int, np.integer)) else str(n_members),
+            "thumbnails": base64.b64encode(png).decode("ascii") if png else None}
 
 
-def audit_sections(meta: dict[str, Any], figures: dict[str, bytes]) -> dict[str, str]:
-    """HTML for ``verdict`` and ``exposure`` when the run recorded them (else no keys)."""
-    out = {}
+def audit_sections(meta: dict[str, Any], figures: dict[str, bytes]) -> dict[str, Any]:
+    """The values of the ``release`` statement and the ``exposure`` section when the run
+    recorded them (else no keys), for exposure.html.j2's ``release`` and ``audit_exposure``."""
+    out: dict[str, Any] = {}
     verdict = meta.get("verdict")
     if isinstance(verdict, ReleaseVerdict) and verdict.headline:
-        out["verdict"] = _verdict_html(verdict)
+        out["release"] = verdict
     exposure = meta.get("exposure")
     if isinstance(exposure, dict) and "rows" in exposure:
-        out["exposure"] = _exposure_html(exposure, figures)
+        out["exposure"] = _exposure_section(exposure, figures)
     return out
