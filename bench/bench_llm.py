@@ -310,11 +310,11 @@ def timed(fn: Any, device: str) -> tuple[Any, float, dict[str, Any]]:
 
 
 def dtype_context(device: str, dtype: str) -> Any:
-    """The plain loop's precision: nothing for fp32, CUDA's bfloat16 autocast for bf16 (what
-    miaudit's ``precision: bf16`` runs forwards and losses under)."""
+    """The plain loop's precision: nothing for fp32, the device's bfloat16 autocast for bf16
+    (what miaudit's ``precision: bf16`` runs forwards and losses under)."""
     if dtype == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast("cuda", dtype=torch.bfloat16)
+    return torch.autocast(device, dtype=torch.bfloat16)
 
 
 def main() -> None:
@@ -333,8 +333,11 @@ def main() -> None:
                         help="lm_signals' batch size (signals.batch_size; its default)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
-                        help="bf16: both sides under CUDA bfloat16 autocast (miaudit's "
-                             "precision bf16); CUDA only")
+                        help="bf16: miaudit's precision bf16 (bfloat16 autocast: CUDA, or a "
+                             "CPU with AVX-512 BF16 / AMX), and the plain loop's unless "
+                             "--plain-dtype says otherwise")
+    parser.add_argument("--plain-dtype", choices=["fp32", "bf16"], default=None,
+                        help="the plain loop's precision (default: --dtype's)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-query", action="store_true")
@@ -345,8 +348,12 @@ def main() -> None:
         parser.error("--config-dir goes with --random-weights")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device")
-    if args.dtype == "bf16" and args.device != "cuda":
-        parser.error("--dtype bf16 runs under CUDA autocast: give --device cuda")
+    args.plain_dtype = args.plain_dtype or args.dtype
+    from miaudit.runtime.devices import native_bf16
+
+    if "bf16" in (args.dtype, args.plain_dtype) and not native_bf16(args.device):
+        parser.error(f"bf16 on {args.device}: this device has no native bfloat16 (CUDA, or a "
+                     "CPU with AVX-512 BF16 / AMX)")
     torch.set_num_threads(args.threads)
     shim = _scipy_shim()
 
@@ -357,7 +364,9 @@ def main() -> None:
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else None
     versions = {m: importlib.metadata.version(m) for m in ("torch", "transformers", "peft",
                                                             "tokenizers")}
-    print(f"device {args.device}{f' ({gpu})' if gpu else ''}, {args.dtype}, torch threads "
+    dtypes = (args.dtype if args.plain_dtype == args.dtype
+              else f"miaudit {args.dtype}, plain {args.plain_dtype}")
+    print(f"device {args.device}{f' ({gpu})' if gpu else ''}, {dtypes}, torch threads "
           f"{torch.get_num_threads()}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs; {', '.join(f'{k} {v}' for k, v in versions.items())}")
     if shim:
@@ -446,10 +455,10 @@ def query(args: argparse.Namespace, texts: list[str], features: np.ndarray, leng
     extra = {} if args.dtype == "fp32" else {"precision": args.dtype}
     warm = min(WARM_TEXTS, n)
     plain_query(template, plain_batches(texts[:warm], tokenizer, pad, args.max_length), device,
-                args.dtype)  # fmt: skip
+                args.plain_dtype)  # fmt: skip
     lm_signals([module], features, np.arange(warm), spec, device, progress=False, **extra)
-    plain, plain_s, plain_mem = timed(lambda: plain_query(template, batches, device, args.dtype),
-                                      device)  # fmt: skip
+    plain, plain_s, plain_mem = timed(
+        lambda: plain_query(template, batches, device, args.plain_dtype), device)
     signals, ours_s, ours_mem = timed(lambda: lm_signals(
         [module], features, np.arange(n), spec, device, progress=False, **extra), device)
     gaps = [np.abs(signals.seq_token_logprob[0, i, : lengths[i] - 1] - p)
@@ -463,7 +472,7 @@ def query(args: argparse.Namespace, texts: list[str], features: np.ndarray, leng
                     "+ mean and std of log p over the vocabulary (Min-K%++), top-1", ours_mem)
     # fp32: both sides compute the same float32 arithmetic (in other orders); bf16 rounds
     # logits of magnitude ~20 to 0.125, so the bound is that of a few bf16 steps
-    bound = 1e-3 if args.dtype == "fp32" else 0.5
+    bound = 1e-3 if args.dtype == args.plain_dtype == "fp32" else 0.5
     ok = diff < bound
     print(f"  miaudit / plain: {ours_rate / plain_rate:.2f}x (goal >= 1.5x); token log-probs "
           f"max abs diff {diff:.2e}, mean {mean_diff:.1e} "
@@ -491,18 +500,19 @@ def train(args: argparse.Namespace, base: str, texts: list[str], features: np.nd
     labels = np.zeros(len(features), dtype=np.int64)
     warm = min(WARM_TEXTS, n)
     plain_epoch(*plain_lora(template, device, args.seed),
-                plain_batches(texts[:warm], tokenizer, pad, args.max_length), device, args.dtype)
+                plain_batches(texts[:warm], tokenizer, pad, args.max_length), device,
+                args.plain_dtype)  # fmt: skip
     train_model(recipe, features[:warm], labels[:warm], np.arange(warm), args.seed, device,
                 progress=False)  # fmt: skip
     built, build_s, _ = timed(lambda: plain_lora(template, device, args.seed), device)
     plain_loss, plain_s, plain_mem = timed(
-        functools.partial(plain_epoch, *built, batches, device, args.dtype), device)
+        functools.partial(plain_epoch, *built, batches, device, args.plain_dtype), device)
     del built  # the plain model's memory back before miaudit's copy
     trained, call_s, ours_mem = timed(lambda: train_model(
         recipe, features, labels, np.arange(n), args.seed, device, progress=False), device)
     ours_s, ours_loss = trained.train_seconds, trained.losses[-1]
     print(f"LoRA fine-tuning, 1 epoch (r 8, alpha 16, q_proj/v_proj; Adam lr 1e-3, batch 16; "
-          f"{args.dtype})")
+          f"miaudit {args.dtype}, plain {args.plain_dtype})")
     plain_rate = row("  plain HF loop (file order)", n, toks, plain_s,
                      f"mean loss {plain_loss:.4f} (the loop; + {build_s:.2f} s copy and peft wrap)",
                      plain_mem)  # fmt: skip

@@ -13,6 +13,7 @@ from miaudit.models.hf import encode_texts
 from miaudit.models.hf_lm import base_tokenizer
 from miaudit.models.lm_parts import chunked_next_token_loss, training_parts
 from miaudit.models.text import lm_outputs, next_token_loss, trim_padding
+from miaudit.runtime.devices import native_bf16
 
 MAX_LENGTH = 20
 
@@ -107,3 +108,39 @@ def test_training_runs_the_same_either_way(monkeypatch, docstring_texts, base_fo
         np.testing.assert_allclose(states[0][key].numpy(), states[1][key].numpy(), atol=1e-4,
                                    err_msg=key)
     assert any(float(v.abs().max()) > 1e-3 for k, v in states[0].items() if "lora_B" in k)
+
+
+@pytest.mark.skipif(not native_bf16("cpu"), reason="this CPU has no native bfloat16")
+@pytest.mark.parametrize("lora", [True, False])
+def test_under_bf16_autocast_the_chunked_loss_matches_the_logits_loss(docstring_texts,
+                                                                      base_folder, lora):
+    """bf16 training takes the chunked route too (found under autocast, checked in float32),
+    and its loss and gradients are the logits' route's under the same autocast, to bf16's
+    rounding."""
+    torch.manual_seed(0)
+    module = build_model("hf-causal-lm", (MAX_LENGTH,), 1, base_model=str(base_folder),
+                         lora=lora)
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.requires_grad and not p.any():
+                p.add_(0.05)
+    x = trim_padding(_features(docstring_texts, base_folder), module.pad_id)
+    results = []
+    for chunked in (False, True):
+        module.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            if chunked:
+                parts = training_parts(module)
+                assert parts is not None  # the float32 check passed under autocast
+                loss = chunked_next_token_loss(parts, x)
+            else:
+                loss = next_token_loss(*lm_outputs(module, x))
+        assert loss.dtype == torch.float32
+        loss.backward()
+        results.append((float(loss.detach()), _grads(module)))
+    (want_loss, want), (got_loss, got) = results
+    assert got_loss == pytest.approx(want_loss, abs=0.02)
+    assert want.keys() == got.keys() and want
+    for name in want:
+        scale = float(want[name].abs().max())
+        assert float((got[name] - want[name]).abs().max()) <= 0.05 * scale + 1e-6, name

@@ -232,13 +232,15 @@ def test_the_cuda_path_lands_every_chunk_where_the_cpu_path_does(monkeypatch):
     assert [e.waits for e in events] == [1, 1, 1]
 
 
-def test_query_precision_is_per_model_and_bf16_needs_cuda(monkeypatch):
+def test_query_precision_is_per_model_and_bf16_needs_native_support(monkeypatch):
+    from miaudit.runtime import devices
     from miaudit.signals import query
 
     models = _models(2)
     features, rows = _image_rows()
-    with pytest.raises(ConfigError, match="bf16 autocast needs a CUDA device; set precision: "
-                                          "fp32 or device: cuda"):  # fmt: skip
+    monkeypatch.setattr(devices, "native_bf16", devices.is_cuda)  # a CPU without bf16 units
+    with pytest.raises(ConfigError, match="bf16 autocast needs a CUDA device or a CPU with "
+                                          "native bfloat16"):  # fmt: skip
         query_logits(models, features, rows, ["plain"], "image", progress=False,
                      precision="bf16")  # fmt: skip
     with pytest.raises(ConfigError, match="2 models"):

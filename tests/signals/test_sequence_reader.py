@@ -3,15 +3,19 @@ prefix cached once) gives what the full logits of one forward per text give."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
 
 import miaudit.signals.sequence_reader as sequence_reader
+from miaudit.errors import ConfigError
 from miaudit.models import build_model
 from miaudit.models.hf import encode_texts
 from miaudit.models.hf_lm import base_tokenizer
 from miaudit.models.lm_parts import lm_parts, parts_agree
+from miaudit.runtime import devices
 from miaudit.signals.assemble import SignalSpec, lm_signals
 
 MAX_LENGTH = 20
@@ -141,3 +145,54 @@ def test_parts_agree_catches_a_scaled_head(docstring_texts, base_folder, toleran
     original = parts.head
     parts.head = lambda hidden: 2 * original(hidden)
     assert not parts_agree(lora, parts, features, tolerance)
+
+
+def _gpt_small(seed=0):
+    torch.manual_seed(seed)
+    return build_model("gpt-small", (12,), 1, n_layer=1, n_embd=16, n_head=2, vocab_size=50,
+                       pad_id=0).eval()
+
+
+def test_each_model_and_the_base_read_in_their_precision(monkeypatch):
+    """precision per model; the base at the target's (the first model's); ReCaLL's prefix too."""
+    entered = []
+
+    def recording(device, precision):
+        entered.append(precision)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(sequence_reader, "autocast", recording)
+    features = np.random.default_rng(2).integers(1, 50, size=(6, 10)).astype(np.float32)
+    models, base = [_gpt_small(0), _gpt_small(1)], _gpt_small(2)
+    lm_signals(models, features, np.arange(6), SignalSpec(batch_size=6), progress=False,
+               base=base, prefix_ids=np.array([3, 4]), precision=["fp32", "bf16"])  # fmt: skip
+    # one batch each: the target (signals, prefixed), the reference, then the base
+    assert entered == ["fp32", "fp32", "bf16", "bf16", "fp32"]
+    with pytest.raises(ConfigError, match="got 1 precisions for 2 models"):
+        lm_signals(models, features, np.arange(6), SignalSpec(), progress=False,
+                   precision=["fp32"])  # fmt: skip
+
+
+def test_bf16_lm_queries_are_refused_without_native_bf16(monkeypatch):
+    monkeypatch.setattr(devices, "native_bf16", devices.is_cuda)
+    features = np.random.default_rng(2).integers(1, 50, size=(4, 12)).astype(np.float32)
+    with pytest.raises(ConfigError, match="native bfloat16"):
+        lm_signals([_gpt_small()], features, np.arange(4), SignalSpec(), progress=False,
+                   precision="bf16")  # fmt: skip
+
+
+@pytest.mark.skipif(not devices.native_bf16("cpu"), reason="this CPU has no native bfloat16")
+def test_a_bf16_lm_query_runs_in_bf16_and_stays_close(monkeypatch, docstring_texts,
+                                                      base_folder):  # fmt: skip
+    """On a CPU with bf16 units, for real: the hidden-state route under autocast, its
+    statistics float32, within bf16's rounding of the float32 query (not equal: it ran)."""
+    features = _features(docstring_texts, base_folder, count=12)
+    lora, _ = _modules(base_folder)
+    want = _read(monkeypatch, False, [lora], features)
+    got = _read(monkeypatch, False, [lora], features, precision="bf16")
+    valid = np.arange(MAX_LENGTH - 1)[None, :] < got.seq_lengths[:, None]
+    for key in ("seq_token_logprob", "seq_mean_logprob", "seq_std_logprob"):
+        found, expected = getattr(got, key)[0][valid], getattr(want, key)[0][valid]
+        assert found.dtype == np.float32 and not np.array_equal(found, expected), key
+        assert np.abs(found - expected).mean() < 0.1, key
+    assert (got.seq_top1_correct == want.seq_top1_correct).mean() > 0.95

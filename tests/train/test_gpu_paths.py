@@ -1,9 +1,11 @@
 """`device: cuda` paths, checked on a CPU-only machine: device names, the recipe's precision (and
-that its default keeps every cache key), bf16 refused off CUDA, autocast a no-op in fp32, and the
+that its default keeps every cache key), bf16 refused where it is not native (a CPU without
+AVX-512 BF16 or AMX, mocked), autocast a no-op in fp32, and the
 pinned, non-blocking copies chosen for CUDA (with `torch.cuda.is_available` mocked where the
 choice depends on it)."""
 
 import contextlib
+import re
 import subprocess
 import sys
 import warnings
@@ -17,7 +19,7 @@ import torch
 from miaudit.errors import ConfigError
 from miaudit.runtime import devices
 from miaudit.runtime.devices import (
-    BF16_NEEDS_CUDA,
+    BF16_NOT_NATIVE,
     autocast,
     check_precision,
     is_cuda,
@@ -33,7 +35,16 @@ RNG = np.random.default_rng(0)
 X = RNG.normal(size=(60, 6)).astype(np.float32)
 Y = np.arange(60) % 3
 MLP = Recipe(architecture="mlp", arch_params={"hidden": 8}, epochs=2, batch_size=16)
-BF16_REFUSED = "bf16 autocast needs a CUDA device; set precision: fp32 or device: cuda"
+BF16_REFUSED = ("bf16 autocast needs a CUDA device or a CPU with native bfloat16 (AVX-512 BF16 or "
+                "AMX); set precision: fp32 or device: cuda")
+NATIVE_CPU_BF16 = pytest.mark.skipif(not devices.native_bf16("cpu"),
+                                     reason="this CPU has no native bfloat16")
+
+
+@pytest.fixture
+def no_native_bf16(monkeypatch):
+    """A CPU without AVX-512 BF16 or AMX (CUDA still counts as native)."""
+    monkeypatch.setattr(devices, "native_bf16", lambda device: is_cuda(device))
 
 
 @contextlib.contextmanager
@@ -123,21 +134,35 @@ def test_bf16_with_dp_is_refused():
         Recipe(precision="bf16", dp={"epsilon": 8.0})
 
 
-# --- bf16 needs CUDA ----------------------------------------------------------------------------
+# --- bf16 needs native support -------------------------------------------------------------------
 
 
-def test_bf16_is_refused_on_the_cpu_with_the_fix():
-    assert BF16_NEEDS_CUDA == BF16_REFUSED
-    with pytest.raises(ConfigError, match=BF16_REFUSED):
+def test_native_bf16_is_cuda_or_onednns_cpu_bf16():
+    assert devices.native_bf16("cuda") and devices.native_bf16("cuda:1")
+    assert devices.native_bf16("cpu") == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert not devices.native_bf16("meta")
+
+
+def test_bf16_is_refused_on_a_cpu_without_it_with_the_fix(no_native_bf16):
+    assert BF16_NOT_NATIVE == BF16_REFUSED
+    with pytest.raises(ConfigError, match=re.escape(BF16_REFUSED)):
         check_precision("bf16", "cpu")
     check_precision("bf16", "cuda")  # allowed by name: resolve_device refuses a missing GPU
     check_precision("fp32", "cpu")
 
 
-def test_training_bf16_on_the_cpu_is_refused_before_any_work(monkeypatch):
+@NATIVE_CPU_BF16
+def test_bf16_runs_on_a_cpu_with_native_bf16():
+    check_precision("bf16", "cpu")
+    context = autocast("cpu", "bf16")
+    assert isinstance(context, torch.autocast)
+    assert context.device == "cpu" and context.fast_dtype == torch.bfloat16
+
+
+def test_training_bf16_on_the_cpu_is_refused_before_any_work(monkeypatch, no_native_bf16):
     built = []
     monkeypatch.setattr(loop, "training_rows", lambda *a, **k: built.append(1))
-    with pytest.raises(ConfigError, match=BF16_REFUSED):
+    with pytest.raises(ConfigError, match=re.escape(BF16_REFUSED)):
         train_model(MLP.replace(precision="bf16"), X, Y, np.arange(30), 0, progress=False)
     assert not built  # refused before the rows were gathered
 
@@ -148,9 +173,9 @@ def test_bf16_is_never_stacked_and_stacking_it_is_refused():
         train_stacked(MLP.replace(precision="bf16"), X, Y, [np.arange(30)], [0])
 
 
-def test_predicting_bf16_on_the_cpu_is_refused():
+def test_predicting_bf16_on_the_cpu_is_refused(no_native_bf16):
     module = torch.nn.Linear(6, 3)
-    with pytest.raises(ConfigError, match=BF16_REFUSED):
+    with pytest.raises(ConfigError, match=re.escape(BF16_REFUSED)):
         predict_logits(module, X, precision="bf16")
 
 
@@ -167,13 +192,13 @@ def test_fp32_autocast_is_a_no_op():
         assert (a @ a).dtype == torch.float32
 
 
-def test_bf16_autocast_is_cudas_bfloat16_autocast():
+def test_bf16_autocast_is_cudas_bfloat16_autocast(no_native_bf16):
     with warnings.catch_warnings():  # "CUDA is not available. Disabling" on this machine
         warnings.simplefilter("ignore", UserWarning)
         context = autocast("cuda:0", "bf16")
     assert isinstance(context, torch.autocast)
     assert context.device == "cuda" and context.fast_dtype == torch.bfloat16
-    with pytest.raises(ConfigError, match=BF16_REFUSED):
+    with pytest.raises(ConfigError, match=re.escape(BF16_REFUSED)):
         autocast("cpu", "bf16")
 
 
@@ -317,7 +342,8 @@ def test_a_bf16_model_trains_and_is_queried_through_autocast(monkeypatch):
     np.testing.assert_allclose(bf16, fp32, atol=0.1)  # ... to bf16's precision
 
 
-def test_a_bf16_run_on_a_cpu_machine_fails_before_the_data_loads(tiny_run_yaml, monkeypatch):
+def test_a_bf16_run_on_a_cpu_machine_fails_before_the_data_loads(tiny_run_yaml, monkeypatch,
+                                                                  no_native_bf16):
     """The pipeline checks every recipe's precision on the run's device first."""
     from miaudit.config import load_config
     from miaudit.errors import ConfigError
@@ -331,3 +357,27 @@ def test_a_bf16_run_on_a_cpu_machine_fails_before_the_data_loads(tiny_run_yaml, 
                                             "precision": "bf16"}))
     with pytest.raises(ConfigError, match="bf16 autocast needs a CUDA device"):
         build_bank(cfg, progress=False)
+
+
+@NATIVE_CPU_BF16
+def test_a_bf16_model_trains_and_is_queried_on_a_cpu_with_native_bf16():
+    """No mocks: the recipe's bf16 runs under the CPU's bfloat16 autocast, end to end."""
+    from miaudit.signals import query
+
+    model = train_model(MLP.replace(precision="bf16", epochs=3), X, Y, np.arange(60), 0,
+                        progress=False)  # fmt: skip
+    same = train_model(MLP.replace(precision="bf16", epochs=3), X, Y, np.arange(60), 0,
+                       progress=False)  # fmt: skip
+    fp32 = train_model(MLP.replace(epochs=3), X, Y, np.arange(60), 0, progress=False)
+    for a, b, c in zip(model.module.parameters(), same.module.parameters(),
+                       fp32.module.parameters(), strict=True):  # fmt: skip
+        assert a.dtype == torch.float32
+        assert torch.equal(a, b)  # seeded: bit for bit again
+        assert not torch.equal(a, c)  # it did train in bf16 ...
+        torch.testing.assert_close(a, c, atol=0.05, rtol=0)  # ... to bf16's precision
+    got = query.query_logits([model.module], X, np.arange(60), ["plain"], "tabular",
+                             progress=False, precision="bf16")  # fmt: skip
+    want = query.query_logits([model.module], X, np.arange(60), ["plain"], "tabular",
+                              progress=False, precision="fp32")  # fmt: skip
+    assert got.dtype == np.float32 and not np.array_equal(got, want)
+    np.testing.assert_allclose(got, want, atol=0.1)

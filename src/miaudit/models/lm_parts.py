@@ -121,7 +121,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
     time, each chunk's gradients (softmax - one-hot, times the weight or the hidden rows)
     taken at once in the forward: no [n, V] logits outlive their chunk. Compute as autograd
     would (the same products), only the order of the weight gradient's sums over chunks
-    differs."""
+    differs. Under bf16 autocast the products run in bf16 as autocast runs the logits'
+    route's (the head's product, and its gradient's), the softmax and sums in float32."""
 
     @staticmethod
     def forward(ctx: Any, hidden: Tensor, weight: Tensor, targets: Tensor) -> Tensor:
@@ -182,11 +183,13 @@ def training_parts(module: nn.Module) -> LMParts | None:
     if parts is not None:
         was_training = module.training
         module.eval()
-        try:
-            probe = torch.arange(1, 9, device=parts.head.weight.device)[None, :].float()
-            probe = probe.clamp_max(parts.head.weight.shape[0] - 1)
-            if not parts_agree(module, parts, probe):
-                parts = None
+        device = parts.head.weight.device
+        try:  # the check compares routes, not precisions: float32 under any autocast
+            with torch.autocast(device.type, enabled=False):
+                probe = torch.arange(1, 9, device=device)[None, :].float()
+                probe = probe.clamp_max(parts.head.weight.shape[0] - 1)
+                if not parts_agree(module, parts, probe):
+                    parts = None
         finally:
             module.train(was_training)
     _TRAINING_PARTS[module] = parts

@@ -65,7 +65,7 @@ def build_bank(cfg: RunConfig, progress: bool = True, query: bool = True) -> Bui
     the models only, e.g. to query checkpoints of one's choosing with :func:`query_bank`)."""
     device = resolve_device(cfg.device)
     planned = resolve_recipes(cfg)
-    for recipe in (planned.target, planned.reference):  # bf16 off CUDA: before the data loads
+    for recipe in (planned.target, planned.reference):  # bf16 not native: before the data loads
         check_precision(recipe.precision, device)
     check_canaries(cfg)  # a design that can never certify ε > 0 fails before any work
     dataset = load_dataset(cfg.dataset.name, cfg.data_dir, **cfg.dataset.options)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from miaudit.errors import ConfigError
+from miaudit.runtime.devices import check_precision
 from miaudit.runtime.malloc import keep_freed_memory
 from miaudit.runtime.progress import progress_bar
 from miaudit.signals.bank import (
@@ -122,7 +123,7 @@ def query_signals(
     """
     if any(getattr(m, "causal_lm", False) for m in models):
         return lm_signals(models, features, rows, spec, device, progress, base=base,
-                          prefix_ids=prefix_ids)
+                          prefix_ids=prefix_ids, precision=precision)
     if base is not None or prefix_ids is not None:
         raise ConfigError("a base model and a ReCaLL prefix are for causal LMs only.")
     queries = list(spec.queries)
@@ -186,7 +187,7 @@ def query_signals(
 def lm_signals(
     models: Sequence[Model], features: np.ndarray, rows: np.ndarray, spec: SignalSpec,
     device: str = "cpu", progress: bool = True, *, base: torch.nn.Module | None = None,
-    prefix_ids: np.ndarray | None = None,
+    prefix_ids: np.ndarray | None = None, precision: str | Sequence[str] = "fp32",
 ) -> Signals:  # fmt: skip
     """Sequence signals of causal LMs on dataset rows ``rows``: token ids ``features`` [n, L]
     (float, right-padded with each model's ``pad_id``). Per model, batched forwards and
@@ -204,7 +205,12 @@ def lm_signals(
     fixed non-member prefix (:func:`~miaudit.signals.sequence.draw_prefix`), gives every
     model's ``seq_prefix_token_logprob`` [M, N, L - 1], from forwards of prefix + text (the
     models need P + L positions); ``spec.token_ids`` keeps ``seq_token_ids`` [N, L - 1] (the
-    scored tokens, -1 at padding) and ``seq_vocab_size`` (DC-PDD)."""
+    scored tokens, -1 at padding) and ``seq_vocab_size`` (DC-PDD).
+
+    ``precision``: each model's recipe's (one for all, or one per model): a ``bf16`` model's
+    forwards run under bf16 autocast (refused where bf16 is not native); the base model is
+    read at the first model's (the target's), so that both sides of a ratio round alike. The
+    statistics over the vocabulary are float32 either way."""
     if not all(getattr(m, "causal_lm", False) for m in models):
         raise ConfigError(
             "a bank mixes causal LMs with other models (or precomputed outputs); a sequence "
@@ -249,6 +255,11 @@ def lm_signals(
         if prefix.numel() == 0 or bool((prefix == pad).any()):
             raise ConfigError("the ReCaLL prefix must hold at least one token and no pad id.")
         arrays[PREFIX_KEY] = np.zeros(shape, dtype=np.float32)
+    precisions = [precision] * len(models) if isinstance(precision, str) else list(precision)
+    if len(precisions) != len(models):
+        raise ConfigError(f"got {len(precisions)} precisions for {len(models)} models.")
+    for name in sorted(set(precisions)):
+        check_precision(name, device)
     queried: list[tuple[int | None, Any]] = list(enumerate(models))
     if base is not None:
         queried.append((None, base))
@@ -263,7 +274,8 @@ def lm_signals(
         # keep_freed_memory: each batch reallocates arrays of the same sizes
         with torch.inference_mode(), keep_freed_memory():
             reader = SequenceReader(module, ids[order[:1], : int(lengths[order[0]])]
-                                     .to(device), device, prefix if m is not None else None)
+                                     .to(device), device, prefix if m is not None else None,
+                                    precisions[0 if m is None else m])  # fmt: skip
             lo = 0
             while lo < n:
                 width = int(lengths[order[lo]])

@@ -1,9 +1,12 @@
 """How `lm_signals` reads one causal LM: through its decoder's hidden states and its output
 head a chunk of positions at a time where the model can be taken apart
 (:mod:`miaudit.models.lm_parts`), else through its full logits; and ReCaLL's prefix run once,
-its keys and values reused for every batch, where the model takes a cache."""
+its keys and values reused for every batch, where the model takes a cache. A ``bf16`` model's
+forwards run under bf16 autocast; the checks and the prefix's cache are made in float32."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import torch
@@ -17,6 +20,7 @@ from miaudit.models.lm_parts import (
     repeated_past,
 )
 from miaudit.models.text import lm_outputs
+from miaudit.runtime.devices import autocast
 from miaudit.signals.sequence import (
     hidden_sequence_signals,
     prefixed_token_logprob,
@@ -36,11 +40,13 @@ class SequenceReader:
 
     ``probe``: a short row of feature ids on which the hidden-state route is checked once
     against the model's own logits (a head that is not a plain linear map falls back to the
-    full logits); ``prefix``: ReCaLL's prefix feature ids [P] on the device, or None."""
+    full logits); ``prefix``: ReCaLL's prefix feature ids [P] on the device, or None;
+    ``precision``: the model's recipe's (``bf16``: its forwards under bf16 autocast)."""
 
     def __init__(self, module: nn.Module, probe: Tensor, device: str,
-                 prefix: Tensor | None = None) -> None:  # fmt: skip
+                 prefix: Tensor | None = None, precision: str = "fp32") -> None:  # fmt: skip
         self.module = module
+        self.autocast = functools.partial(autocast, device, precision)
         self.parts = lm_parts(module)
         if self.parts is not None and not parts_agree(module, self.parts, probe[:, :16]):
             self.parts = None
@@ -67,20 +73,23 @@ class SequenceReader:
 
     def signals(self, xb: Tensor, lengths: np.ndarray, full: bool = True) -> tuple[Tensor, ...]:
         """(token, mean, std, top1) [B, T-1] of the batch; ``full=False``: token only."""
-        if self.parts is None:
-            logits, tids, _ = lm_outputs(self.module, xb)
-            found = sequence_signals(logits, tids, lengths)
-            return tuple(found) if full else (found.token,)
-        hidden, tids = hidden_states(self.parts, xb)
-        return tuple(hidden_sequence_signals(hidden, self.parts.head, tids, lengths, full))
+        with self.autocast():
+            if self.parts is None:
+                logits, tids, _ = lm_outputs(self.module, xb)
+                found = sequence_signals(logits, tids, lengths)
+                return tuple(found) if full else (found.token,)
+            hidden, tids = hidden_states(self.parts, xb)
+            return tuple(hidden_sequence_signals(hidden, self.parts.head, tids, lengths, full))
 
     def prefixed(self, xb: Tensor, lengths: np.ndarray) -> Tensor:
         """log p(x_{t+1} | P, x_<=t) [B, T-1] of the batch under ReCaLL's prefix P."""
         assert self.prefix is not None
-        if self.parts is None or self.past is None:
-            batch = self.prefix[None, :].expand(len(xb), -1)
-            logits, tids, _ = lm_outputs(self.module, torch.cat([batch, xb], dim=1))
-            size = len(self.prefix)
-            return prefixed_token_logprob(logits, size, tids[:, size:], lengths)
-        hidden, tids = hidden_states(self.parts, xb, repeated_past(self.past, len(xb)))
-        return hidden_sequence_signals(hidden, self.parts.head, tids, lengths, full=False)[0]
+        with self.autocast():
+            if self.parts is None or self.past is None:
+                batch = self.prefix[None, :].expand(len(xb), -1)
+                logits, tids, _ = lm_outputs(self.module, torch.cat([batch, xb], dim=1))
+                size = len(self.prefix)
+                return prefixed_token_logprob(logits, size, tids[:, size:], lengths)
+            hidden, tids = hidden_states(self.parts, xb, repeated_past(self.past, len(xb)))
+            return hidden_sequence_signals(hidden, self.parts.head, tids, lengths,
+                                           full=False)[0]  # fmt: skip
