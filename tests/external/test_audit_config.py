@@ -194,6 +194,13 @@ def test_signals_values_are_checked_in_both():
         _audit(model={"augment": ["flip"]})
 
 
+def test_the_audit_precision_is_fp32_or_bf16():
+    assert _audit().precision == "fp32" and _audit(precision="bf16").precision == "bf16"
+    for bad in ("fp16", "BF16", 16):
+        with pytest.raises(ConfigError, match="precision must be one of fp32, bf16"):
+            _audit(precision=bad)
+
+
 # --- typos are still refused ----------------------------------------------------------------
 
 @pytest.mark.parametrize(("data", "match"), [

@@ -280,3 +280,47 @@ def test_members_never_seen_report_no_leak(user, adapter, base_folder, tmp_path,
     assert not result.meta["checks"]["split"]["shifted"]
     for outcome in result.outcomes:  # 32 members and 32 non-members: |z| < 4.9
         assert abs(outcome.metrics.auc - 0.5) < 4.9 * np.sqrt(65 / (12 * 32 * 32)), outcome.name
+
+
+def test_a_bf16_audit_is_refused_without_native_bf16_before_the_data_loads(user, tmp_path,
+                                                                          capsys, monkeypatch):
+    from miaudit.runtime import devices
+
+    monkeypatch.setattr(devices, "native_bf16", devices.is_cuda)  # a CPU without bf16 units
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data were loaded")
+
+    monkeypatch.setattr("miaudit.external.run.build_audit_data", no_data)
+    out = tmp_path / "run"
+    assert main(_cli(user, user["files"]["jsonl"], out, "--text-column", "text",
+                     "--base-model", str(user["lm-pretrained"]), "--device", "cpu",
+                     "--precision", "bf16")) == 2
+    assert "needs a CUDA device or a CPU with native bfloat16" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(_cli(user, user["files"]["jsonl"], out, "--precision", "fp16"))
+
+
+@pytest.mark.skipif(not __import__("miaudit.runtime.devices").runtime.devices.native_bf16("cpu"),
+                    reason="this CPU has no native bfloat16")
+def test_a_bf16_audit_queries_in_bf16_and_finds_what_fp32_finds(user, tmp_path):
+    """`--precision bf16` on a CPU with bf16 units: the target and the base read under
+    autocast (the bank differs from fp32's), recorded in audit.yaml, the same leak found."""
+    banks, metrics = {}, {}
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / precision
+        assert main(_cli(user, user["files"]["jsonl"], out, "--text-column", "text",
+                         "--base-model", str(user["lm-pretrained"]), "--device", "cpu",
+                         "--precision", precision)) == 0
+        assert f"precision: {precision}" in (out / "audit.yaml").read_text()
+        with np.load(out / "bank.npz") as bank:
+            banks[precision] = {k: bank[k] for k in ("seq_token_logprob",
+                                                     "seq_base_token_logprob")}
+        metrics[precision] = json.loads((out / "metrics.json").read_text())
+    for key, fp32 in banks["fp32"].items():
+        bf16 = banks["bf16"][key]
+        assert not np.array_equal(bf16, fp32), key
+        assert np.abs(bf16 - fp32).mean() < 0.05, key
+    for attack in ("lm-loss", "lm-base-reference"):
+        assert metrics["bf16"][attack]["auc"] == pytest.approx(metrics["fp32"][attack]["auc"],
+                                                               abs=0.03)

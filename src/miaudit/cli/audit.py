@@ -83,7 +83,8 @@ def flags_to_dict(args: argparse.Namespace) -> dict[str, Any]:
                "boundary_distance": True if args.boundary_distance else None}
     rest = {"signals": {k: v for k, v in signals.items() if v is not None},
             "exposed": args.exposed, "seed": args.seed, "name": args.name,
-            "device": args.device, "cache_dir": args.cache_dir, "data_dir": args.data_dir,
+            "device": args.device, "precision": args.precision, "cache_dir": args.cache_dir,
+            "data_dir": args.data_dir,
             "compute": compute_flags(args)}
     return merge(mapping, {k: v for k, v in rest.items() if v is not None and v != {}})
 
@@ -184,6 +185,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     o.add_argument("--seed", type=int)
     o.add_argument("--name", help="run name (default audit)")
     o.add_argument("--device", help="auto, cpu or cuda[:N]")
+    o.add_argument("--precision", choices=["fp32", "bf16"],
+                   help="the target's query precision (default fp32); bf16: bfloat16 "
+                        "autocast, on CUDA or a CPU with AVX-512 BF16 / AMX")
     o.add_argument("--out", help="run directory (default runs/NAME)")
     o.add_argument("--cache-dir", help="model cache (default ~/.cache/miaudit/models)")
     o.add_argument("--data-dir", help="datasets folder for --data and --public names "

@@ -248,7 +248,9 @@ def build_audit_bank(
     signals = query_signals([target_model, *refs.modules], data.features, data.labels, rows,
                             data.kind, spec, device, progress, white_box=target.white_box,
                             black_box_reason=_BLACK_BOX.get(target.kind, ""), base=base,
-                            prefix_ids=prefix)  # fmt: skip
+                            prefix_ids=prefix, precision=[cfg.precision, *(
+                                [(refs.recipe or {}).get("precision", "fp32")]
+                                * len(refs.modules))])  # fmt: skip
     logits, seconds, missing = signals.logits, signals.seconds, signals.missing
     if target.kind != "outputs" and logits is not None:  # (a causal LM answers no logits)
         probe = logits[0, : data.n_audit, 0].astype(np.float64)

@@ -162,6 +162,9 @@ class AuditConfig:
     exposed: int = 20  # training samples in the exposure ranking
     data_dir: str | None = None  # datasets folder; default $MIAUDIT_DATA_DIR or ~/.cache
     device: str = "auto"  # auto | cpu | cuda[:N]
+    # the target's (and the base model's) query precision: fp32, or bf16 (bfloat16 autocast:
+    # CUDA, or a CPU with AVX-512 BF16 / AMX); the references run at their recipe's
+    precision: str = "fp32"
     # where the reference models train (a run's compute: local, or a Ray cluster)
     compute: ComputeConfig = field(default_factory=ComputeConfig)
     output: str | None = None  # run directory; default runs/<name>
@@ -298,6 +301,10 @@ def _check(cfg: AuditConfig) -> None:
     need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
          f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
     need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
+    from miaudit.runtime.devices import PRECISIONS
+
+    need(cfg.precision in PRECISIONS,
+         f"precision must be one of {', '.join(PRECISIONS)}; got {cfg.precision!r}.")
     need(isinstance(cfg.attack_params, dict),
          "attack_params must map attack names to mappings {parameter: value}.")
     # names and values, before the model loads or a reference trains

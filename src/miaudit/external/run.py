@@ -37,7 +37,7 @@ from miaudit.records.run_dir import StagedRunDir, check_run_name
 from miaudit.report import format_table, write_report
 from miaudit.report.exposure import EXPOSURE_FIGURE
 from miaudit.report.split import split_line
-from miaudit.runtime.devices import resolve_device
+from miaudit.runtime.devices import check_precision, resolve_device
 from miaudit.train.cluster import write_training_document
 from miaudit.train.model_cache import default_cache_dir
 from miaudit.verdict.release import make_verdict, verdict_text
@@ -187,6 +187,7 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool,
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     device = resolve_device(cfg.device)
+    check_precision(cfg.precision, device)  # bf16 not native: before the data loads
     data = build_audit_data(cfg)
     if cfg.model.hf_model:
         target, data = load_hf_target(cfg, data)
