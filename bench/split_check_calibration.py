@@ -6,7 +6,7 @@ Not run in CI. Usage (from the repository root):
         [--rows 20000] [--json FILE]
 
 On sklearn digits (1,797 rows, 64 pixels, 10 classes) it draws membership in three ways and runs
-`miaudit.pipeline.split_check.split_check` on each draw, as `miaudit audit` does:
+`miaudit.verdict.split_check.split_check` on each draw, as `miaudit audit` does:
 
 - **random**: each row a member with probability ½, independently of what it is (the null):
   the share of draws with p < 0.05, 0.01 and 0.001 must be at most about those levels;
@@ -28,7 +28,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 
 from miaudit.config import MetricsConfig
-from miaudit.pipeline.split_check import SHIFT_P_VALUE, split_check
+from miaudit.verdict.split_check import SHIFT_P_VALUE, split_check
 
 CFG = MetricsConfig(bootstrap=0)
 

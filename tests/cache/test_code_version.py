@@ -14,7 +14,7 @@ import pytest
 import miaudit
 from miaudit import version
 from miaudit.cache import code_version
-from miaudit.cache.admin import GRACE_SECONDS
+from miaudit.cli.cache_admin import GRACE_SECONDS
 from miaudit.cli.main import main
 from miaudit.train import ModelCache, Recipe, key_for, model_cache, trainer
 from miaudit.train.model_cache import forgetting_key

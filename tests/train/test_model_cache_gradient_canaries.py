@@ -129,7 +129,7 @@ def test_a_corrupt_or_missing_record_is_retrained_never_trusted(tmp_path, data, 
 
 
 def test_the_record_belongs_to_its_entry_in_the_cache_inventory(tmp_path, data):
-    from miaudit.cache.admin import REACHABLE, scan
+    from miaudit.cli.cache_admin import REACHABLE, scan
 
     _, _, canaries = _get(ModelCache(tmp_path), data)
     key = canary_key(key_for("digits-fp", np.arange(N), RECIPE, 7, 10), canaries)

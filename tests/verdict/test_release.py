@@ -1,8 +1,8 @@
 import numpy as np
 
 from miaudit import metrics
+from miaudit.formatting import fmt_pct
 from miaudit.records.outcomes import AttackOutcome, AuditResult
-from miaudit.report.formatting import fmt_pct
 from miaudit.verdict.release import headline_fpr, make_verdict, verdict_text
 
 

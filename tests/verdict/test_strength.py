@@ -189,7 +189,7 @@ def test_every_figure_has_a_real_caption(name: str) -> None:
 
 
 def _split(auc: float, shifted: bool, tpr: float = 0.02) -> dict:
-    """A split check's record as miaudit.pipeline.split_check writes it (figures by hand)."""
+    """A split check's record as miaudit.verdict.split_check writes it (figures by hand)."""
     return {"classifier": "gradient-boosted trees", "features": "the 4 feature values",
             "folds": 2, "rows": 4000, "subsampled_from": None, "confidence": 0.9,
             "metrics": {"auc": auc, "auc_ci": None, "tpr_at_fpr": {"0.001": tpr / 5,

@@ -1,5 +1,5 @@
 """`miaudit cache info | prune`: what the model cache holds, and removing what this code can
-no longer reach (:mod:`miaudit.cache.admin`)."""
+no longer reach (:mod:`miaudit.cli.cache_admin`)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def cmd_cache_info(args: argparse.Namespace) -> int:
-    from miaudit.cache.admin import describe, scan
+    from miaudit.cli.cache_admin import describe, scan
 
     print("\n".join(describe(scan(_root(args), verify=args.verify))))
     return 0
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:
-    from miaudit.cache.admin import describe_prune, prune, scan
+    from miaudit.cli.cache_admin import describe_prune, prune, scan
 
     inventory = scan(_root(args), verify=args.verify)
     removed = prune(inventory, dry_run=args.dry_run)

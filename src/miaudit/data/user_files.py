@@ -20,7 +20,7 @@ from miaudit.data.dataset import Dataset, describe_mapping, encode_labels, unlab
 from miaudit.data.dataset import standardize as standardize_columns
 from miaudit.data.registry import register_dataset
 from miaudit.errors import DataError
-from miaudit.report.formatting import plural
+from miaudit.formatting import plural
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -25,8 +25,8 @@ from miaudit.external.data import AuditData, other_preprocessing
 from miaudit.external.hf_folder import lm_fit, load_base_reference
 from miaudit.external.references import References
 from miaudit.external.sources import Target
+from miaudit.formatting import plural
 from miaudit.models.hf import max_positions
-from miaudit.report.formatting import plural
 from miaudit.signals import SignalBank
 from miaudit.signals.assemble import SignalSpec, assemble_bank, query_signals
 from miaudit.signals.query import query_logits

@@ -22,7 +22,7 @@ from miaudit.data import Dataset, load_dataset
 from miaudit.data.user_files import numpy_file_problem, read_npz_arrays
 from miaudit.errors import ConfigError, DataError
 from miaudit.external.audit_config import AuditConfig
-from miaudit.report.formatting import plural
+from miaudit.formatting import plural
 
 _MAPPING = re.compile(r"labels mapped to 0\.\.\d+: (\{.*?\})")
 

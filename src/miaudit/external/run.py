@@ -30,7 +30,6 @@ from miaudit.external.sources import Target, check_model_files, load_target
 from miaudit.io import write_json, write_text
 from miaudit.models.hf import CAUSAL_LM, is_adapter_folder
 from miaudit.pipeline.evaluate import evaluate_bank
-from miaudit.pipeline.split_check import split_check
 from miaudit.privacy.sections import privacy_line
 from miaudit.records.outcomes import AuditResult
 from miaudit.records.run_dir import StagedRunDir, check_run_name
@@ -41,6 +40,7 @@ from miaudit.runtime.devices import check_precision, resolve_device
 from miaudit.train.cluster import write_training_document
 from miaudit.train.model_cache import default_cache_dir
 from miaudit.verdict.release import make_verdict, verdict_text
+from miaudit.verdict.split_check import split_check
 
 _SEEN_AS = {"torch": "outputs (logits or probabilities)", "sklearn": "predicted probabilities",
             "function": "outputs", "outputs": "outputs", "hf": "outputs (logits or probabilities)"}

@@ -38,9 +38,9 @@ from torch import nn
 from miaudit.data.user_files import numpy_file_problem
 from miaudit.errors import ConfigError, DataError
 from miaudit.external.audit_config import ModelSection
+from miaudit.formatting import plural
 from miaudit.models import build_model
 from miaudit.models.user import check_output_width, resolve_object
-from miaudit.report.formatting import plural
 from miaudit.signals.defences import FLOOR
 
 _PROBE_ROWS = 64  # rows used to check a black box's output once at load time

@@ -6,11 +6,10 @@ Its stages import one way, each only the ones before it:
   content-addressed cache (with checkpoints); calibration-via-forgetting copies;
 - ``querying``: every model queried into a :class:`~miaudit.signals.SignalBank`
   (``build_bank``), with the canaries of one-run auditing (:mod:`miaudit.privacy.run_canaries`);
-- ``split_check``: can the audit's members be told from its non-members without the model
-  (``split_check``, a cross-fitted classifier on the rows alone)?
 - ``evaluate``: attacks scored on a bank and evaluated (``evaluate_bank``), with the checks
-  the verdict reads (the split check's record, the target's fit on its own training rows) and
-  each attack's privacy bounds (:mod:`miaudit.privacy.attack_bounds`);
+  the verdict reads (the split check's record, :mod:`miaudit.verdict.split_check`: can the
+  audit's members be told from its non-members without the model?; the target's fit on its
+  own training rows) and each attack's privacy bounds (:mod:`miaudit.privacy.attack_bounds`);
 - ``checkpoint_audit``: a bank and a report per checkpoint kept along training;
 - ``runner``: the whole run (``run``) into a staging folder, committed on success.
 

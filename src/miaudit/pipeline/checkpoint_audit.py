@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from miaudit.config import RunConfig
+from miaudit.formatting import fmt_auc, markdown_table, pct_ci, rate
 from miaudit.io import write_json, write_text
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.pipeline.querying import BuiltBank, query_bank
 from miaudit.records.outcomes import AttackMetrics, AuditResult
 from miaudit.report import write_report
-from miaudit.report.formatting import fmt_auc, markdown_table, pct_ci, rate
 from miaudit.train.checkpoints import steps_per_epoch, total_steps
 
 # what checkpoints.json keeps of each attack's metrics (their metrics.json keys)

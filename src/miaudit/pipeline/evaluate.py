@@ -15,12 +15,12 @@ from miaudit.attacks.registry import AttackRun, ThresholdRows, check_attack_para
 from miaudit.config import CanariesConfig, MetricsConfig
 from miaudit.errors import AttackError
 from miaudit.pipeline.design_check import design_check
-from miaudit.pipeline.split_check import split_shifted
 from miaudit.privacy.attack_bounds import MODEL_FREE_REASON, EpsilonPlan
 from miaudit.privacy.best_bound import privacy_audit
 from miaudit.records.outcomes import AttackCost, AttackMetrics, AttackOutcome, AuditResult
 from miaudit.runtime.progress import progress_bar
 from miaudit.signals import SignalBank
+from miaudit.verdict.split_check import split_shifted
 
 
 def model_accuracies(bank: SignalBank) -> list[dict[str, Any]]:
@@ -179,7 +179,7 @@ def evaluate_bank(
     (``blind``) gets no bound: it says nothing about the model.
 
     `meta["checks"]`: ``split`` (``split_check``, the record of
-    :func:`miaudit.pipeline.split_check.split_check` the caller ran on the audit rows, or
+    :func:`miaudit.verdict.split_check.split_check` the caller ran on the audit rows, or
     None), ``target_fit`` (:func:`target_fit`) and ``design``
     (:func:`miaudit.pipeline.design_check.design_check`), which the verdict reads; a split that
     some model-free measurement tells apart withholds any refutation of the claim.

@@ -25,7 +25,6 @@ from miaudit.pipeline.checkpoint_audit import audit_checkpoints, checkpoints_tab
 from miaudit.pipeline.evaluate import evaluate_bank
 from miaudit.pipeline.models import check_labels, resolve_recipes
 from miaudit.pipeline.querying import BuiltBank, build_bank
-from miaudit.pipeline.split_check import split_check
 from miaudit.privacy.best_bound import privacy_audit
 from miaudit.privacy.run_canaries import (
     canaries_csv,
@@ -39,6 +38,7 @@ from miaudit.records.run_dir import StagedRunDir, check_run_name
 from miaudit.report import format_table, write_report
 from miaudit.report.plots import calibration_figure
 from miaudit.train.cluster import write_training_document
+from miaudit.verdict.split_check import split_check
 
 
 def run_dir_for(cfg: RunConfig) -> Path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from miaudit.formatting import fmt_epsilon
 from miaudit.privacy.audit_record import BestBound, GradientCanarySettings, PrivacyAudit
 from miaudit.privacy.results import (
     CANARY_EPSILON_LOWER_BOUND,
@@ -29,7 +30,6 @@ from miaudit.privacy.results import (
     WITHHELD,
 )
 from miaudit.records.outcomes import AttackOutcome, AuditResult
-from miaudit.report.formatting import fmt_epsilon
 
 if TYPE_CHECKING:
     from miaudit.privacy import OneRunBound

@@ -2,7 +2,7 @@
 
 The report reads :class:`miaudit.records.outcomes.AuditResult` and never recomputes an attack. The
 names below load their module on first use (PEP 562): a module that only needs
-``miaudit.report.formatting`` (a message's wording) does not pay for matplotlib.
+``miaudit.formatting`` (a message's wording) does not pay for matplotlib.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from miaudit.formatting import fmt_auc, pct, rate
 from miaudit.privacy.sections import privacy_line, privacy_section
 from miaudit.records.outcomes import AuditResult
 from miaudit.report.exposure import EXPOSURE_FIGURE, audit_sections, exposed_section
-from miaudit.report.formatting import fmt_auc, pct, rate
 from miaudit.report.split import split_line
 from miaudit.report.table import Table, build_table
 from miaudit.verdict.headline import short_verdict

@@ -20,9 +20,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, StepPatch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator
 
+from miaudit.formatting import fmt_auc, pct
 from miaudit.metrics import roc
 from miaudit.records.outcomes import AuditResult
-from miaudit.report.formatting import fmt_auc, pct
 from miaudit.report.table import STRONGEST_MARK, fpr_label, reported_fprs
 from miaudit.verdict.strength import ranked
 

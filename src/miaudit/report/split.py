@@ -1,15 +1,15 @@
 """The split check in a report (docs/algorithms.md §20): whether the members can be told from
 the non-members without the model, in one sentence. Reads ``result.meta["checks"]["split"]``
-(:func:`miaudit.pipeline.split_check.split_check`) and the model-free attacks' metrics;
+(:func:`miaudit.verdict.split_check.split_check`) and the model-free attacks' metrics;
 computes nothing."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from miaudit.pipeline.split_check import SHIFT_P_VALUE, auc_p_value, is_model_free
+from miaudit.formatting import fmt_auc, p_words
 from miaudit.records.outcomes import AuditResult
-from miaudit.report.formatting import fmt_auc, p_words
+from miaudit.verdict.split_check import SHIFT_P_VALUE, auc_p_value, is_model_free
 from miaudit.verdict.strength import checks_of, confidence_of
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from miaudit.pipeline.split_check import is_model_free
+from miaudit.formatting import fmt_auc, fmt_ci, pct_ci
 from miaudit.privacy.sections import (
     bound_cell,
     column_support,
@@ -17,7 +17,7 @@ from miaudit.privacy.sections import (
     table_columns,
 )
 from miaudit.records.outcomes import AuditResult, rate_key
-from miaudit.report.formatting import fmt_auc, fmt_ci, pct_ci
+from miaudit.verdict.split_check import is_model_free
 from miaudit.verdict.strength import MIN_EXPECTED_FP, expected_false_positives, n_nonmembers, ranked
 
 # the models' training seconds as recorded when they were trained, also when this run loaded

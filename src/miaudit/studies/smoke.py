@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from miaudit.formatting import markdown_table
 from miaudit.io import write_text
-from miaudit.report.formatting import markdown_table
 from miaudit.studies.registry import register_study
 from miaudit.studies.sweep import Cell
 

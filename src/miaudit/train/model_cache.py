@@ -10,7 +10,7 @@ Every key covers the code that trains (:func:`cache_version`): the file layout
 (:func:`miaudit.cache.code_version.trainer_digest`, which moves by itself when that code does) and
 miaudit's version. Each entry's json records the three, so ``miaudit cache info`` tells entries
 of this code from stale ones (which no key of this code can reach) and ``miaudit cache prune``
-removes the stale ones (:mod:`miaudit.cache.admin`).
+removes the stale ones (:mod:`miaudit.cli.cache_admin`).
 """
 
 from __future__ import annotations

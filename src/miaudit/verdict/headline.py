@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from miaudit.formatting import ci_words, fmt_auc, p_words, pct, rate
 from miaudit.records.outcomes import AuditResult
-from miaudit.report.formatting import ci_words, fmt_auc, p_words, pct, rate
 from miaudit.verdict.records import HeadlineVerdict, Reason
 from miaudit.verdict.strength import INCONCLUSIVE, MIN_EXPECTED_FP, assess, confidence_of
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from miaudit.formatting import ci_words, fmt_auc, p_words, plural
+from miaudit.formatting import pct as _pct
+from miaudit.formatting import rate as _rate
 from miaudit.records.outcomes import AttackOutcome, AuditResult
-from miaudit.report.formatting import ci_words, fmt_auc, p_words, plural
-from miaudit.report.formatting import pct as _pct
-from miaudit.report.formatting import rate as _rate
 from miaudit.verdict.headline import reasons_sentence
 from miaudit.verdict.records import Assessment, ReleaseVerdict
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 from typing import Any
 
 from miaudit.attacks.registry import list_attacks
+from miaudit.formatting import p_words
 from miaudit.metrics import auc_null_p_value, tpr_null_p_value
-from miaudit.pipeline.split_check import is_model_free, model_free_evidence
 from miaudit.records.outcomes import AttackOutcome, AuditResult, rate_key
-from miaudit.report.formatting import p_words
 from miaudit.verdict.records import Assessment, Figure, Reason, ShiftComparison
 from miaudit.verdict.significance import Correction
+from miaudit.verdict.split_check import is_model_free, model_free_evidence
 
 MIN_EXPECTED_FP = 10
 INCONCLUSIVE = "inconclusive"

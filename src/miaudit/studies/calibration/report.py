@@ -14,9 +14,9 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from miaudit.formatting import markdown_table, mean_std
 from miaudit.io import atomic_path, write_text
 from miaudit.records.columns import tpr_column
-from miaudit.report.formatting import markdown_table, mean_std
 from miaudit.studies.calibration.paper import (
     COLUMNS,
     FIGURE_CLAIMS,

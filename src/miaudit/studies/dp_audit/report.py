@@ -22,9 +22,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from miaudit.errors import ConfigError
+from miaudit.formatting import fmt_epsilon, markdown_table, mean_std
 from miaudit.io import write_text
 from miaudit.privacy import epsilon_from_counts, one_run_epsilon_from_counts
-from miaudit.report.formatting import fmt_epsilon, markdown_table, mean_std
 from miaudit.studies.rapid.report import FPRS, TPR1, _save
 from miaudit.studies.registry import CONFIG_FILE, get_study, load_study_config, resolve_config
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from miaudit.formatting import markdown_table
 from miaudit.io import write_text
-from miaudit.report.formatting import markdown_table
 
 __all__ = ["main_table", "summarize", "caught"]
 

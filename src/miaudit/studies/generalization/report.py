@@ -20,9 +20,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from scipy import stats
 
+from miaudit.formatting import markdown_table, pct_mean_std
 from miaudit.io import atomic_open, write_text
 from miaudit.records.columns import tpr_column
-from miaudit.report.formatting import markdown_table, pct_mean_std
 from miaudit.report.plots import figure_png
 from miaudit.studies.generalization.halves_banks import ROC_FPRS
 from miaudit.studies.generalization.paper import (

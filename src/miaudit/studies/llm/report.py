@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from miaudit.formatting import fmt_auc, markdown_table, pct_ci
 from miaudit.io import write_text
 from miaudit.records.columns import ci_columns
-from miaudit.report.formatting import fmt_auc, markdown_table, pct_ci
 from miaudit.studies.rapid.report import FPRS, TPR01, TPR1
 from miaudit.studies.text.report import _with_ci, blind_lines
 

@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from miaudit.formatting import markdown_table
 from miaudit.io import atomic_open, write_text
 from miaudit.records.columns import tpr_column
-from miaudit.report.formatting import markdown_table
 from miaudit.report.plots import figure_png
 from miaudit.studies.intervals import t_interval
 from miaudit.studies.power.anchors import anchor_descriptions, anchor_labels, best_anchor

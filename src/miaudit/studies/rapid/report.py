@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from miaudit.formatting import markdown_table, mean_std, pct_mean_std
 from miaudit.io import atomic_open, write_text
 from miaudit.records.columns import tpr_column
-from miaudit.report.formatting import markdown_table, mean_std, pct_mean_std
 from miaudit.report.plots import figure_png
 
 # the FPRs results.csv records a TPR at (with its interval); tables recorded before the one

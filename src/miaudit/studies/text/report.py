@@ -23,9 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from miaudit.io import write_text
-from miaudit.records.outcomes import ci_columns
-from miaudit.report.formatting import (
+from miaudit.formatting import (
     fmt_auc,
     fmt_ci,
     fmt_pct,
@@ -34,6 +32,8 @@ from miaudit.report.formatting import (
     pct_ci,
     pct_mean_std,
 )
+from miaudit.io import write_text
+from miaudit.records.outcomes import ci_columns
 from miaudit.studies.intervals import t_interval
 from miaudit.studies.rapid.report import FPRS, PAPER, PAPER_NUMBERS, TPR01, TPR1
 

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from miaudit.formatting import plural
 from miaudit.io import TEMP_FILE, pid_alive
-from miaudit.report.formatting import plural
 
 # Files younger than this are never removed (a write may be under way): a write takes seconds.
 GRACE_SECONDS = 300.0

@@ -14,15 +14,15 @@ from sklearn.neighbors import KNeighborsClassifier
 
 from miaudit import metrics
 from miaudit.config import MetricsConfig
-from miaudit.pipeline import split_check as module
-from miaudit.pipeline.split_check import (
+from miaudit.records.outcomes import AttackOutcome
+from miaudit.verdict import split_check as module
+from miaudit.verdict.split_check import (
     SHIFT_P_VALUE,
     auc_p_value,
     model_free_evidence,
     split_check,
     split_shifted,
 )
-from miaudit.records.outcomes import AttackOutcome
 
 CFG = MetricsConfig(bootstrap=50)
 
@@ -146,7 +146,7 @@ def test_the_check_fits_on_one_thread_even_in_a_fresh_process():
 
     code = (
         "import numpy as np, threadpoolctl\n"
-        "from miaudit.pipeline import split_check as sc\n"
+        "from miaudit.verdict import split_check as sc\n"
         "seen = []\n"
         "fit = sc._cross_fitted\n"
         "def spy(*a, **k):\n"

@@ -7,9 +7,7 @@ import math
 
 import pandas as pd
 
-from miaudit.metrics import evaluate
-from miaudit.pipeline.checkpoint_audit import checkpoints_table
-from miaudit.report.formatting import (
+from miaudit.formatting import (
     ci_words,
     fmt_ci,
     fmt_pct,
@@ -19,6 +17,8 @@ from miaudit.report.formatting import (
     pct_ci,
     pct_mean_std,
 )
+from miaudit.metrics import evaluate
+from miaudit.pipeline.checkpoint_audit import checkpoints_table
 
 
 def test_percentages():
