@@ -1,13 +1,15 @@
 """Study registry: a study declares its cells, the work of one cell, its summary and configs.
 
-A study is a class (used as a plain namespace) decorated with :func:`register_study`::
+A study is one :class:`Study`, registered where it is defined::
 
-    @register_study("calibration", description="Watson et al. (ICLR 2022)")
-    class Calibration:
-        configs = {"cpu": {...}, "paper": {...}}   # "cpu" finishes here within the hour
-        cells = staticmethod(make_cells)           # config dict -> list[Cell]
-        work = staticmethod(run_cell)              # Cell -> list[dict]; top-level function
-        summarize = staticmethod(write_summary)    # (table, study_dir) -> None
+    STUDY_CALIBRATION = register_study(Study(
+        name="calibration",
+        description="Watson et al. (ICLR 2022)",
+        configs={"cpu": {...}, "paper": {...}},  # "cpu" finishes here within the hour
+        cells=make_cells,                         # config dict -> list[Cell]
+        work=run_cell,                            # Cell -> list[dict]; a top-level function
+        summarize=write_summary,                  # (table, study_dir) -> None
+    ))
 
 :func:`run_study` resolves the config (the size's config, then a YAML file's overrides), writes
 it to ``study_dir/config.yaml``, runs the sweep and calls ``summarize``.
@@ -46,6 +48,12 @@ BUILTIN_MODULES = ("miaudit.studies.smoke",
 
 @dataclass(frozen=True)
 class Study:
+    """A study: its ``name`` (``miaudit study NAME``), a one-line ``description``, its
+    ``configs`` (exactly :data:`SIZES`), ``cells`` (config -> cells), ``work`` (a cell -> rows;
+    registered, a module-level function, which worker processes import by name) and
+    ``summarize`` (the table and the study folder -> the summary files). Checked on
+    construction."""
+
     name: str
     description: str
     configs: Mapping[str, Mapping[str, Any]]
@@ -53,38 +61,35 @@ class Study:
     work: Work
     summarize: Callable[[pd.DataFrame, Path], None]
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise StudyError(f"a study's name must be a non-empty string; got {self.name!r}.")
+        if set(self.configs) != set(SIZES):
+            raise StudyError(f"study {self.name!r} must declare configs {SIZES}, got "
+                             f"{list(self.configs)}.")
+        for part in ("cells", "work", "summarize"):
+            if not callable(getattr(self, part)):
+                raise StudyError(f"study {self.name!r}: {part} must be a function.")
+        # frozen: each size's config copied once, so a caller's dict cannot change it later
+        object.__setattr__(self, "configs", {k: dict(v) for k, v in self.configs.items()})
+
 
 _STUDIES: Registry[Study] = Registry(
     "study", StudyError, unknown="unknown study {name!r}.{hint} Studies: {known}."
 )
 
 
-def register_study(name: str, description: str = "") -> Callable[[type], type]:
-    """Class decorator registering a study under ``name`` (see the module docstring)."""
-
-    def study(declaration: type) -> Study:
-        missing = [a for a in ("configs", "cells", "work", "summarize")
-                   if not hasattr(declaration, a)]
-        if missing:
-            raise StudyError(f"study {name!r} does not declare {', '.join(missing)}.")
-        configs = declaration.configs
-        if set(configs) != set(SIZES):
-            raise StudyError(f"study {name!r} must declare configs {SIZES}, got {list(configs)}.")
-        work = declaration.work
-        if "<locals>" in getattr(work, "__qualname__", "<locals>"):
-            raise StudyError(f"study {name!r}: work must be a module-level function "
-                             "(worker processes import it by name).")
-        doc = (declaration.__doc__ or "").strip().splitlines()
-        return Study(
-            name=name,
-            description=description or (doc[0] if doc else ""),
-            configs={k: dict(v) for k, v in configs.items()},
-            cells=declaration.cells,
-            work=work,
-            summarize=declaration.summarize,
-        )
-
-    return _STUDIES.decorator(name, study)
+def register_study(study: Study) -> Study:
+    """Register ``study`` under its name (a name registered twice is refused); returns it.
+    Its ``work`` must be a module-level function: worker processes import it by name (a
+    test's variant of a study, run serially, may replace it with any function)."""
+    if not isinstance(study, Study):
+        raise StudyError(f"register_study takes a Study(...); got {type(study).__name__}.")
+    if "<locals>" in getattr(study.work, "__qualname__", "<locals>"):
+        raise StudyError(f"study {study.name!r}: work must be a module-level function "
+                         "(worker processes import it by name).")
+    _STUDIES.register(study.name, study)
+    return study
 
 
 def _load_builtins() -> None:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from miaudit.formatting import markdown_table
 from miaudit.io import write_text
-from miaudit.studies.registry import register_study
+from miaudit.studies.registry import Study, register_study
 from miaudit.studies.sweep import Cell
 
 
@@ -63,14 +63,16 @@ def summarize(table: pd.DataFrame, study_dir: Path) -> None:
     write_text(Path(study_dir) / "summary.md", markdown_table(summary, floatfmt=".3f") + "\n")
 
 
-@register_study("smoke")
-class Smoke:
-    """Tiny real sweep on digits (seconds per cell): checks an executor end to end."""
+CONFIGS = {
+    "cpu": {"repetitions": 2, "epochs": [2, 10], "audit": 400},
+    "paper": {"repetitions": 5, "epochs": [2, 10, 40], "audit": 800},
+}
 
-    configs = {
-        "cpu": {"repetitions": 2, "epochs": [2, 10], "audit": 400},
-        "paper": {"repetitions": 5, "epochs": [2, 10, 40], "audit": 800},
-    }
-    cells = staticmethod(cells)
-    work = staticmethod(work)
-    summarize = staticmethod(summarize)
+STUDY_SMOKE = register_study(Study(
+    name="smoke",
+    description="Tiny real sweep on digits (seconds per cell): checks an executor end to end.",
+    configs=CONFIGS,
+    cells=cells,
+    work=work,
+    summarize=summarize,
+))

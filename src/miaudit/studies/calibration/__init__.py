@@ -31,7 +31,7 @@ from miaudit.studies.calibration.settings import (
     figure_dataset,
     present_datasets,
 )
-from miaudit.studies.registry import register_study
+from miaudit.studies.registry import Study, register_study
 from miaudit.studies.sweep import Cell, StudyError
 
 STUDY = "calibration"
@@ -128,13 +128,12 @@ def summarize(table: Any, study_dir: Any) -> None:
     write_summary(table, study_dir)
 
 
-@register_study(STUDY, description="Watson et al. (ICLR 2022) difficulty calibration: Tables "
-                "2-3, figs 3-6")
-class Calibration:
-    """Difficulty calibration of loss / gradient-norm / confidence attacks (Watson et al.,
-    ICLR 2022)."""
-
-    configs = CONFIGS
-    cells = staticmethod(cells)
-    work = staticmethod(work)
-    summarize = staticmethod(summarize)
+STUDY_CALIBRATION = register_study(Study(
+    name=STUDY,
+    description="Watson et al. (ICLR 2022) difficulty calibration: Tables "
+    "2-3, figs 3-6",
+    configs=CONFIGS,
+    cells=cells,
+    work=work,
+    summarize=summarize,
+))

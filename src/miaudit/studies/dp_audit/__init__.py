@@ -26,7 +26,7 @@ from typing import Any
 from miaudit.errors import ConfigError
 from miaudit.privacy.audit_record import PrivacyAudit
 from miaudit.studies.dp_audit.report import FPRS, summarize
-from miaudit.studies.registry import register_study
+from miaudit.studies.registry import Study, register_study
 from miaudit.studies.sweep import Cell, StudyError
 
 STUDY = "dp-audit"
@@ -276,12 +276,12 @@ _PAPER = {
 }
 
 
-@register_study(STUDY, description="empirical ε of DP-SGD (Fashion-MNIST MLP, ε 1-100 and no "
-                "DP): threshold and one-run bounds with canaries vs the claim")
-class DPAudit:
-    """Empirical ε lower bounds against DP-SGD's claimed ε, with one-run canaries."""
-
-    configs = {"cpu": _CPU, "paper": _PAPER}
-    cells = staticmethod(cells)
-    work = staticmethod(work)
-    summarize = staticmethod(summarize)
+STUDY_DP_AUDIT = register_study(Study(
+    name=STUDY,
+    description="empirical ε of DP-SGD (Fashion-MNIST MLP, ε 1-100 and no "
+    "DP): threshold and one-run bounds with canaries vs the claim",
+    configs={"cpu": _CPU, "paper": _PAPER},
+    cells=cells,
+    work=work,
+    summarize=summarize,
+))

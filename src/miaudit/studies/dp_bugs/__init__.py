@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.studies.dp_bugs.report import summarize
-from miaudit.studies.registry import register_study
+from miaudit.studies.registry import Study, register_study
 from miaudit.studies.sweep import Cell, StudyError
 
 STUDY = "dp-bugs"
@@ -259,13 +259,13 @@ _PAPER = {
 }
 
 
-@register_study(STUDY, description="planted DP-SGD bugs (noise scale, clipping, shuffling, "
-                "noise per epoch, batch-size normaliser) vs the one-run audit, white- and "
-                "black-box, claimed ε 4 and 8")
-class DPBugs:
-    """One audit run per (implementation, claimed ε): is the claim refuted?"""
-
-    configs = {"cpu": _CPU, "paper": _PAPER}
-    cells = staticmethod(cells)
-    work = staticmethod(work)
-    summarize = staticmethod(summarize)
+STUDY_DP_BUGS = register_study(Study(
+    name=STUDY,
+    description="planted DP-SGD bugs (noise scale, clipping, shuffling, "
+    "noise per epoch, batch-size normaliser) vs the one-run audit, white- and "
+    "black-box, claimed ε 4 and 8",
+    configs={"cpu": _CPU, "paper": _PAPER},
+    cells=cells,
+    work=work,
+    summarize=summarize,
+))

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from miaudit.studies.generalization.paper import AUGMENTATION_STEPS
-from miaudit.studies.registry import register_study
+from miaudit.studies.registry import Study, register_study
 from miaudit.studies.sweep import Cell, StudyError
 
 STUDY = "generalization"
@@ -195,64 +195,68 @@ _PAPER_BASE = {"architecture": "resnet18", "optimizer": "sgd", "lr": 0.1, "epoch
                "batch_size": 256, "weight_decay": 0.0005}
 
 
-@register_study(STUDY, description="\"Generalization and Membership Inference Attack: a Practical "
-                "Perspective\": augmentation, early stopping, attacker knowledge, and "
-                "TPR@0.1% FPR against the generalization gap of many models")
-class Generalization:
-    configs = {
-        "cpu": {
-            "dataset": "fashion-mnist", "pool": 4000, "models": 8, "seed": 0,
-            "queries": ["plain", "mirror"], "device": "cpu",
-            "attacks": ["lira-online-fixed-variance", "lira-offline-fixed-variance", "loss"],
-            "headline_attack": "lira-online-fixed-variance",
-            "parts": list(PARTS),
-            "base_recipe": _CPU_BASE,
-            "augmentation": {"techniques": _CPU_TECHNIQUES},
-            "early_stopping": {"epochs": [2, 5, 10, 20, 40, 60]},
-            "knowledge": {"techniques": _CPU_KNOWLEDGE},
-            "many_model": {
-                "recipes": 64, "seed": 0,
-                "base_recipe": {"architecture": "mlp", "optimizer": "sgd"},
-                "knobs": {
-                    "epochs": [2, 4, 8, 16, 32, 64],
-                    "hidden": [32, 64, 128, 256],
-                    "lr": [0.02, 0.05, 0.1, 0.2],
-                    "batch_size": [64, 128, 256],
-                    "weight_decay": [0.0, 0.0, 0.0001, 0.0005, 0.002],
-                    "label_smoothing": [0.0, 0.0, 0.1, 0.2],
-                    "dropout": [0.0, 0.0, 0.0, 0.3],
-                    "augment": [[], [], [], [], [], [], ["mirror"], ["crop"],
-                                ["crop", "mirror"], ["cutout"]],
-                },
+CONFIGS = {
+    "cpu": {
+        "dataset": "fashion-mnist", "pool": 4000, "models": 8, "seed": 0,
+        "queries": ["plain", "mirror"], "device": "cpu",
+        "attacks": ["lira-online-fixed-variance", "lira-offline-fixed-variance", "loss"],
+        "headline_attack": "lira-online-fixed-variance",
+        "parts": list(PARTS),
+        "base_recipe": _CPU_BASE,
+        "augmentation": {"techniques": _CPU_TECHNIQUES},
+        "early_stopping": {"epochs": [2, 5, 10, 20, 40, 60]},
+        "knowledge": {"techniques": _CPU_KNOWLEDGE},
+        "many_model": {
+            "recipes": 64, "seed": 0,
+            "base_recipe": {"architecture": "mlp", "optimizer": "sgd"},
+            "knobs": {
+                "epochs": [2, 4, 8, 16, 32, 64],
+                "hidden": [32, 64, 128, 256],
+                "lr": [0.02, 0.05, 0.1, 0.2],
+                "batch_size": [64, 128, 256],
+                "weight_decay": [0.0, 0.0, 0.0001, 0.0005, 0.002],
+                "label_smoothing": [0.0, 0.0, 0.1, 0.2],
+                "dropout": [0.0, 0.0, 0.0, 0.3],
+                "augment": [[], [], [], [], [], [], ["mirror"], ["crop"],
+                            ["crop", "mirror"], ["cutout"]],
             },
         },
-        "paper": {
-            "dataset": "cifar10", "pool": 60000, "models": 16, "seed": 0,
-            "queries": ["plain", "mirror"], "device": "auto",
-            "attacks": ["lira-online", "lira-online-fixed-variance",
-                        "lira-offline-fixed-variance", "loss"],
-            "headline_attack": "lira-online",
-            "parts": list(PARTS),
-            "base_recipe": _PAPER_BASE,
-            "augmentation": {"techniques": _TECHNIQUES},
-            "early_stopping": {"epochs": [5, 10, 20, 40, 70, 100]},
-            "knowledge": {"techniques": _KNOWLEDGE},
-            "many_model": {
-                "recipes": 64, "seed": 0,
-                "base_recipe": {"architecture": "resnet18", "optimizer": "sgd",
-                                "batch_size": 256},
-                "knobs": {
-                    "epochs": [10, 20, 40, 80, 160],
-                    "lr": [0.02, 0.05, 0.1, 0.2],
-                    "weight_decay": [0.0, 0.0001, 0.0005, 0.002],
-                    "label_smoothing": [0.0, 0.0, 0.1, 0.2],
-                    "width": [32, 64],
-                    "augment": [[], [], ["mirror"], ["crop"], ["crop", "mirror"],
-                                ["cutout"], ["crop", "mirror", "cutout"], ["autoaugment"]],
-                },
+    },
+    "paper": {
+        "dataset": "cifar10", "pool": 60000, "models": 16, "seed": 0,
+        "queries": ["plain", "mirror"], "device": "auto",
+        "attacks": ["lira-online", "lira-online-fixed-variance",
+                    "lira-offline-fixed-variance", "loss"],
+        "headline_attack": "lira-online",
+        "parts": list(PARTS),
+        "base_recipe": _PAPER_BASE,
+        "augmentation": {"techniques": _TECHNIQUES},
+        "early_stopping": {"epochs": [5, 10, 20, 40, 70, 100]},
+        "knowledge": {"techniques": _KNOWLEDGE},
+        "many_model": {
+            "recipes": 64, "seed": 0,
+            "base_recipe": {"architecture": "resnet18", "optimizer": "sgd",
+                            "batch_size": 256},
+            "knobs": {
+                "epochs": [10, 20, 40, 80, 160],
+                "lr": [0.02, 0.05, 0.1, 0.2],
+                "weight_decay": [0.0, 0.0001, 0.0005, 0.002],
+                "label_smoothing": [0.0, 0.0, 0.1, 0.2],
+                "width": [32, 64],
+                "augment": [[], [], ["mirror"], ["crop"], ["crop", "mirror"],
+                            ["cutout"], ["crop", "mirror", "cutout"], ["autoaugment"]],
             },
         },
-    }
-    cells = staticmethod(make_cells)
-    work = staticmethod(work)
-    summarize = staticmethod(summarize)
+    },
+}
+
+STUDY_GENERALIZATION = register_study(Study(
+    name=STUDY,
+    description="\"Generalization and Membership Inference Attack: a Practical "
+    "Perspective\": augmentation, early stopping, attacker knowledge, and "
+    "TPR@0.1% FPR against the generalization gap of many models",
+    configs=CONFIGS,
+    cells=make_cells,
+    work=work,
+    summarize=summarize,
+))

@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from miaudit.studies.llm.report import FPRS, summarize
-from miaudit.studies.registry import register_study
+from miaudit.studies.registry import Study, register_study
 from miaudit.studies.sweep import Cell, StudyError
 
 ATTACKS = ["ez-mia", "wbc", "lm-base-reference", "recall", "dc-pdd", "min-k-plus-plus",
@@ -231,15 +231,15 @@ _PAPER = {
 }
 
 
-@register_study("llm", description="a pretrained causal LM (SmolLM2-135M) fine-tuned (LoRA and "
-                "full) on SpamAssassin ham: EZ-MIA, WBC, base-model reference, ReCaLL, DC-PDD, "
-                "Min-K%++ and blind per epochs, with secret canaries' ε bound, exposure and "
-                "extraction")
-class LLM:
-    """Membership inference and memorisation of a fine-tuned pretrained causal LM."""
-
-    configs = {"cpu": _CPU, "paper": _PAPER}
-    cells = staticmethod(cells)
-    work = staticmethod(work)
-    summarize = staticmethod(summarize)
+STUDY_LLM = register_study(Study(
+    name="llm",
+    description="a pretrained causal LM (SmolLM2-135M) fine-tuned (LoRA and "
+    "full) on SpamAssassin ham: EZ-MIA, WBC, base-model reference, ReCaLL, DC-PDD, "
+    "Min-K%++ and blind per epochs, with secret canaries' ε bound, exposure and "
+    "extraction",
+    configs={"cpu": _CPU, "paper": _PAPER},
+    cells=cells,
+    work=work,
+    summarize=summarize,
+))
 

@@ -59,7 +59,7 @@ import numpy as np
 
 from miaudit.studies.power.report import FPRS, summarize
 from miaudit.studies.rapid import SETUPS as RAPID_SETUPS
-from miaudit.studies.registry import register_study
+from miaudit.studies.registry import Study, register_study
 from miaudit.studies.sweep import Cell, StudyError
 
 ATTACKS = ["rmia", "rmia-paper", "lira-offline", "lira-offline-fixed-variance",
@@ -260,12 +260,12 @@ _PAPER: dict[str, Any] = {
 }
 
 
-@register_study("power", description="the power table: each attack's TPR@0.1% FPR as "
-                "a multiple of RMIA's, 4 references + 2 shadows, held-out targets, with cost")
-class Power:
-    """Every attack against RMIA with 4 references + 2 shadows on held-out targets."""
-
-    configs = {"cpu": _CPU, "paper": _PAPER}
-    cells = staticmethod(cells)
-    work = staticmethod(work)
-    summarize = staticmethod(summarize)
+STUDY_POWER = register_study(Study(
+    name="power",
+    description="the power table: each attack's TPR@0.1% FPR as "
+    "a multiple of RMIA's, 4 references + 2 shadows, held-out targets, with cost",
+    configs={"cpu": _CPU, "paper": _PAPER},
+    cells=cells,
+    work=work,
+    summarize=summarize,
+))

@@ -32,7 +32,7 @@ import numpy as np
 from miaudit.attacks.rapid import PAPER_RECIPE
 from miaudit.signals.query import augmented_queries, training_queries
 from miaudit.studies.rapid.report import FPRS, summarize
-from miaudit.studies.registry import register_study
+from miaudit.studies.registry import Study, register_study
 from miaudit.studies.sweep import Cell
 
 ATTACKS = ["rapid", "lira-offline", "lira-offline-fixed-variance", "rmia", "calibrated-loss",
@@ -253,12 +253,12 @@ _PAPER = {
 }
 
 
-@register_study("rapid", description="RAPID (He et al., CCS 2024) vs LiRA-offline, RMIA, "
-                "Watson, Yeom: TPR@0.1% FPR, AUC, #queries, #references, DP-SGD, cost")
-class Rapid:
-    """RAPID (He et al., CCS 2024) against reference-model attacks, with ablations."""
-
-    configs = {"cpu": _CPU, "paper": _PAPER}
-    cells = staticmethod(cells)
-    work = staticmethod(work)
-    summarize = staticmethod(summarize)
+STUDY_RAPID = register_study(Study(
+    name="rapid",
+    description="RAPID (He et al., CCS 2024) vs LiRA-offline, RMIA, "
+    "Watson, Yeom: TPR@0.1% FPR, AUC, #queries, #references, DP-SGD, cost",
+    configs={"cpu": _CPU, "paper": _PAPER},
+    cells=cells,
+    work=work,
+    summarize=summarize,
+))

@@ -67,7 +67,7 @@ import time
 from typing import Any
 
 from miaudit.signals.query import text_queries
-from miaudit.studies.registry import register_study
+from miaudit.studies.registry import Study, register_study
 from miaudit.studies.sweep import Cell, StudyError
 from miaudit.studies.text.report import FPRS, summarize
 
@@ -289,13 +289,13 @@ _PAPER = {
 }
 
 
-@register_study("text", description="text classifiers: fine-tuned MiniLM and a text-CNN, "
-                "RAPID's ~3x over calibration (He et al. CCS 2024) over seeds; causal LMs "
-                "with the LM attacks on request")
-class Text:
-    """Membership inference on a fine-tuned encoder and on causal LMs (SpamAssassin mails)."""
-
-    configs = {"cpu": _CPU, "paper": _PAPER}
-    cells = staticmethod(cells)
-    work = staticmethod(work)
-    summarize = staticmethod(summarize)
+STUDY_TEXT = register_study(Study(
+    name="text",
+    description="text classifiers: fine-tuned MiniLM and a text-CNN, "
+    "RAPID's ~3x over calibration (He et al. CCS 2024) over seeds; causal LMs "
+    "with the LM attacks on request",
+    configs={"cpu": _CPU, "paper": _PAPER},
+    cells=cells,
+    work=work,
+    summarize=summarize,
+))
