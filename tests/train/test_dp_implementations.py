@@ -12,9 +12,10 @@ import torch
 from torch.nn import functional as F
 
 from miaudit.errors import ConfigError
+from miaudit.privacy.gradient_canary_scores import estimated_noise
 from miaudit.train import Recipe, dp
 from miaudit.train.dp_implementations import get_implementation, implementation_names
-from miaudit.train.gradient_canaries import GradientCanaries, estimated_noise
+from miaudit.train.gradient_canaries import GradientCanaries
 
 N = 256
 RECIPE = Recipe(epochs=3, batch_size=64, lr=0.1, arch_params={"hidden": 32},

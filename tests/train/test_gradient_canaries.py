@@ -1,7 +1,8 @@
-"""White-box gradient canaries in one DP-SGD run (miaudit.train.gradient_canaries; Steinke,
-Nasr & Jagielski 2023, "Privacy Auditing with One (1) Training Run"): the canaries enter the
-step exactly as an example's clipped gradient, the one-run bounds stay below a correct claim,
-find the planted bug (noise × 0.25) in one run, and nothing changes for runs without them."""
+"""White-box gradient canaries in one DP-SGD run (miaudit.train.gradient_canaries, scored by
+miaudit.privacy.gradient_canary_scores; Steinke, Nasr & Jagielski 2023, "Privacy Auditing
+with One (1) Training Run"): the canaries enter the step exactly as an example's clipped
+gradient, the one-run bounds stay below a correct claim, find the planted bug (noise × 0.25) in
+one run, and nothing changes for runs without them."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import pytest
 import torch
 
 from miaudit.errors import ConfigError
-from miaudit.train import Recipe, dp
-from miaudit.train.gradient_canaries import (
-    GradientCanaries,
+from miaudit.privacy.gradient_canary_scores import (
     canary_scores,
     estimated_noise,
     gradient_canary_audit,
 )
+from miaudit.train import Recipe, dp
+from miaudit.train.gradient_canaries import GradientCanaries
 
 N, HIDDEN, M, CLAIM, DELTA = 512, 256, 1000, 4.0, 1e-5
 # 4 Poisson-sampled steps per epoch (q = 1/4), 40 steps; the noise is the accountant's for ε = 4.
@@ -179,7 +180,7 @@ def test_rows_part_per_step_noise_and_raw_norm(data):
     assert model.privacy["gradient_canaries"]["norm"] == 4.0
     assert r.data.shape == r.projections.shape and np.abs(r.data).max() > 0
     assert abs(estimated_noise(r, known_data=True) / r.noise_multiplier - 1) < 0.1
-    from miaudit.train.gradient_canaries import _per_step_noise
+    from miaudit.privacy.gradient_canary_scores import _per_step_noise
 
     per_step = _per_step_noise(r.projections - r.data, r.noise_multiplier)
     assert per_step.shape == (r.steps,) and np.all(abs(per_step / r.noise_multiplier - 1) < 0.2)
@@ -189,3 +190,22 @@ def test_rows_part_per_step_noise_and_raw_norm(data):
         GradientCanaries(10, norm=0)
     with pytest.raises(ConfigError, match="known_data"):
         canary_scores(dataclasses.replace(r, data=None), known_data=True)
+
+
+def test_scores_and_bounds_are_outside_the_trainer_digest():
+    """The canaries and their step are training code (in the digest); their scores and bounds
+    read a finished record, so editing them must retrain nothing: no digested module imports
+    them."""
+    import ast
+
+    from miaudit.cache import code_version
+
+    scores = "miaudit.privacy.gradient_canary_scores"
+    assert scores in code_version.NOT_TRAINER_CODE and scores not in code_version.TRAINER_CODE
+    for name in ("miaudit.train.gradient_canaries", "miaudit.train.dp_optimizers"):
+        assert name in code_version.TRAINER_CODE
+    for name in code_version.TRAINER_CODE:
+        tree = ast.parse(code_version.read_source(name))
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert scores not in imported, name

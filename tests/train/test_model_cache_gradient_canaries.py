@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from miaudit.cache.gradient_records import RECORD_SUFFIX, canary_key
+from miaudit.privacy.gradient_canary_scores import gradient_canary_audit
 from miaudit.train import ModelCache, Recipe, key_for
-from miaudit.train.gradient_canaries import GradientCanaries, gradient_canary_audit
+from miaudit.train.gradient_canaries import GradientCanaries
 
 N = 256
 RECIPE = Recipe(epochs=2, batch_size=64, lr=0.1, arch_params={"hidden": 32},

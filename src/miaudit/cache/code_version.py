@@ -52,6 +52,8 @@ TRAINER_CODE: dict[str, str] = {
     "miaudit.train.dp": "DP-SGD: per-sample clipping, noise, Poisson sampling, accounting",
     "miaudit.train.dp_implementations": "DP-SGD's planted bugs (the correct one changes "
                                          "nothing), which a DP run applies",
+    "miaudit.train.dp_optimizers": "Opacus DPOptimizer subclasses: a planted bug's step, the "
+                                   "gradient canaries put into each step",
     "miaudit.train.augment": "image augmentation applied to each batch",
     "miaudit.train.rows": "which rows, dtypes and class count training sees",
     "miaudit.train.recipe": "a recipe's defaults and normalisation: what its key means",
@@ -71,7 +73,8 @@ TRAINER_CODE: dict[str, str] = {
                                "a chunk of positions at a time",
     "miaudit.models.hf_lm": "hf-causal-lm: the base copied, LoRA put on it, which parameters "
                             "train and what the adapter-only state dict holds",
-    "miaudit.train.gradient_canaries": "white-box canaries added to DP-SGD's noisy steps",
+    "miaudit.train.gradient_canaries": "white-box canaries added to DP-SGD's noisy steps: "
+                                       "which, when, and what a run records of them",
 }
 # The modules of miaudit.train and miaudit.models, and those the listed modules import, that
 # are left out, with why (tests/train/test_cache_versions.py checks that every such module is
@@ -94,10 +97,8 @@ NOT_TRAINER_CODE: dict[str, str] = {
                          "which covers tokenization and preprocessing: they make the features)",
     "miaudit.models.run_tokenizer": "tokenization: the token ids it makes are the dataset's "
                                     "features, in its fingerprint",
-    "miaudit.privacy.one_run": "the one-run ε bound, computed from a trained run's scores",
-    "miaudit.privacy.fdp_one_run": "the one-run f-DP bound, computed from a trained run's scores",
-    "miaudit.privacy.canaries": "canary kinds and guesses: the gradient canaries' guesses, read "
-                                "after training",
+    "miaudit.privacy.gradient_canary_scores": "the gradient canaries' scores and one-run "
+                                              "bounds: computed from a finished run's record",
 }
 
 # The modules whose code decides a fitted scikit-learn reference estimator (``SklearnCache``;

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from miaudit.config.sections import (
     MAX_GRADIENT_CANARIES,
     WHITE_BOX_NOISE,
+    WHITE_BOX_SCORES,
     WHITE_BOX_THREAT_MODELS,
     CanariesConfig,
 )
@@ -90,8 +91,9 @@ def _check_gradient_count(count: int) -> None:
 
 def _check_gradient_options(c: CanariesConfig, white_box: bool) -> None:
     """The gradient canaries' own keys: given only with ``kind: gradient``, each one of its
-    choices (those of :class:`~miaudit.train.gradient_canaries.GradientCanaries`)."""
-    from miaudit.train.gradient_canaries import COORDINATES, KINDS, SCORES
+    choices (those of :class:`~miaudit.train.gradient_canaries.GradientCanaries` and of
+    :func:`~miaudit.privacy.gradient_canary_scores.canary_scores`)."""
+    from miaudit.train.gradient_canaries import COORDINATES, KINDS
 
     defaults = CanariesConfig()
     keys = ("direction", "coordinates", "probe_rows", "score", "threat_models", "known_data",
@@ -102,7 +104,7 @@ def _check_gradient_options(c: CanariesConfig, white_box: bool) -> None:
             raise ConfigError(f"canaries.{given[0]} is an option of gradient canaries: set "
                               f"canaries.kind: gradient (a DP-SGD target) or remove it.")
         return
-    choices = {"direction": KINDS, "coordinates": COORDINATES, "score": SCORES,
+    choices = {"direction": KINDS, "coordinates": COORDINATES, "score": WHITE_BOX_SCORES,
                "noise": WHITE_BOX_NOISE}
     for key, allowed in choices.items():
         value = getattr(c, key)

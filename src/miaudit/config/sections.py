@@ -19,13 +19,16 @@ DEFAULT_ATTACKS = ("loss", "confidence", "entropy", "modified-entropy", "correct
 # The value of a signals setting that follows the rule of resolve_queries / resolve_grad_norm.
 AUTO = "auto"
 # canaries.kind of white-box gradient canaries, and the threat models they are scored under
-# (miaudit.train.gradient_canaries.canary_scores): the auditor sees every iterate θ_0 … θ_T,
-# or the final model θ_T only (θ_0 known either way)
+# (miaudit.privacy.gradient_canary_scores.canary_scores): the auditor sees every iterate
+# θ_0 … θ_T, or the final model θ_T only (θ_0 known either way)
 GRADIENT_KIND = "gradient"
 WHITE_BOX_THREAT_MODELS = ("every-iterate", "final-model")
 # canaries.noise: the σ of the every-iterate likelihood score (canary_scores' noise): each
 # step's own estimate, one estimate over the whole run, or the accountant's σ
 WHITE_BOX_NOISE = ("per-step", "estimated", "claimed")
+# canaries.score: the every-iterate score (canary_scores' score): the sum over steps of each
+# step's log likelihood ratio, or the plain sum of the projections
+WHITE_BOX_SCORES = ("likelihood", "sum")
 # The most gradient canaries one run takes (canaries.count with kind gradient). Each needs its
 # own coordinate of the model's weights (a Dirac canary) or a dense direction over all of them
 # (random: count x parameters floats), so no model holds more than it has parameters (checked
@@ -236,7 +239,7 @@ class CanariesConfig:
     score: str = "likelihood"
     threat_models: list[str] = field(default_factory=lambda: list(WHITE_BOX_THREAT_MODELS))
     # The every-iterate score's two scoring-only options (they change no training, so the
-    # cached target serves either; miaudit.train.gradient_canaries.canary_scores).
+    # cached target serves either; miaudit.privacy.gradient_canary_scores.canary_scores).
     # known_data: score x − d, the privatised gradient minus the other rows' clipped sum on
     # the canary's coordinate (recorded in training): DP's own adversary knows every other
     # row, and their sampling is independent of the canaries' coins, so the bound stays a

@@ -191,7 +191,7 @@ def missing_notes(result: AuditResult) -> list[str]:
     return notes
 
 
-# what each white-box threat model's auditor sees (miaudit.train.gradient_canaries); the
+# what each white-box threat model's auditor sees (miaudit.privacy.gradient_canary_scores); the
 # every-iterate one as scored without canaries.known_data
 THREAT_MODEL_WORDS = {
     "every-iterate": "the auditor sees every iterate θ₀ … θ_T, as DP-SGD's accounting assumes, "

@@ -1,9 +1,10 @@
 """A run's white-box audit (``canaries.kind: gradient``; docs/algorithms.md §16): the
 gradient canaries' record (:mod:`miaudit.train.gradient_canaries`) turned into one family of
-bounds per white-box threat model, and the per-canary file of the run directory.
+bounds per white-box threat model (scored by :mod:`miaudit.privacy.gradient_canary_scores`),
+and the per-canary file of the run directory.
 
 Each threat model (``every-iterate``: the auditor sees every iterate; ``final-model``: the
-final weights only) is a family of its own: :func:`~miaudit.train.gradient_canaries.
+final weights only) is a family of its own: :func:`~miaudit.privacy.gradient_canary_scores.
 gradient_canary_audit` evaluates each (k₊, k₋) candidate at α / K and keeps the best, so its
 one-run ε bound holds at 1 − α, and so does its f-DP μ bound (μ-GDP assumed). The black-box
 families (the attacks' bounds, :func:`~miaudit.privacy.best_bound.privacy_audit`) are
@@ -35,13 +36,13 @@ from miaudit.privacy.audit_record import (
     claim_finding,
 )
 from miaudit.privacy.canaries import resolve_guesses
-from miaudit.privacy.results import FDP_ONE_RUN, ONE_RUN
-from miaudit.train.gradient_canaries import (
-    GradientCanaryRecord,
+from miaudit.privacy.gradient_canary_scores import (
     ThreatModelBounds,
     canary_scores,
     gradient_canary_audit,
 )
+from miaudit.privacy.results import FDP_ONE_RUN, ONE_RUN
+from miaudit.train.gradient_canaries import GradientCanaryRecord
 
 # the "attack" a white-box best bound names: no attack scored it, the canaries' record did
 GRADIENT_CANARIES = "gradient canaries"

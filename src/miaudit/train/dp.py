@@ -38,7 +38,9 @@ implementations (``"correct"``, the default, or one with a bug that leaves the a
 claim unchanged), recorded in ``privacy["implementation"]``. It is deliberately *not* a key
 of the recipe's ``dp`` section: a recipe (and so the model cache, whose key is the recipe's)
 only ever trains the correct implementation, and a study that plants a bug trains its models
-itself, uncached.
+itself, uncached. A bug's step, and white-box gradient canaries, run in a ``DPOptimizer``
+subclass (:mod:`miaudit.train.dp_optimizers`) built in place of ``make_private``'s, on the same
+settings and accountant; the correct implementation without canaries keeps Opacus's own.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from miaudit.models import build_model
 from miaudit.train import common
 from miaudit.train.checkpoints import CheckpointSpec, steps_per_epoch
 from miaudit.train.common import EpochCallback, TrainedModel
-from miaudit.train.dp_implementations import DPImplementation, get_implementation, plant
+from miaudit.train.dp_implementations import DPImplementation, get_implementation
 from miaudit.train.engine import train_loop
 from miaudit.train.recipe import PRV_MAX_AUTO_EPSILON, Recipe
 from miaudit.train.rows import ArrayLike, training_rows
@@ -258,13 +260,15 @@ def _make_private(
 ) -> _Private:
     """Build the model (under the caller's seeded RNG), check Opacus can train it, find the
     noise for the target and wrap model, optimizer and a seeded loader with ``make_private``.
-    ``canaries``: chosen on the freshly built model, then hooked into the DP optimizer (they
-    use their own generators, so the global RNG stream is the same with or without them).
-    ``impl``: the implementation (planted bugs go in before the canaries hook in, so that the
-    canaries pass through them as examples would); None is the correct one."""
+    ``canaries``: chosen on the freshly built model, then put into the DP optimizer's step
+    (they use their own generators, so the global RNG stream is the same with or without them).
+    ``impl``: the implementation (its sampling is the loader's here, its step the optimizer's,
+    :func:`~miaudit.train.dp_optimizers.rebuilt_optimizer`); None is the correct one."""
     impl = impl or get_implementation("correct")
     from opacus import PrivacyEngine
     from opacus.validators import ModuleValidator
+
+    from miaudit.train.dp_optimizers import rebuilt_optimizer
 
     dp = dict(recipe.dp or {})
     loader = DataLoader(
@@ -301,17 +305,9 @@ def _make_private(
             max_grad_norm=dp["max_grad_norm"],
             poisson_sampling=impl.poisson_sampling,
         )
-    plant(dp_optimizer, impl, len(loader))
-    if canaries is not None and impl.canaries_in_batch_size:
-        # Opacus's int(len(dataset) * q), the included canaries counted as rows of the dataset
-        included = int(canaries.included_mask().sum())
-        rows = len(loader.dataset) + included
-        dp_optimizer.expected_batch_size = int(rows * (1.0 / len(loader)))
-    if canaries is not None:  # the claimed noise: what the accountant's epsilon assumes
-        extra = {} if impl.is_correct else {
-            "clipping": impl.clipping,
-            "shuffled_steps": None if impl.poisson_sampling else len(loader)}
-        canaries.attach(dp_optimizer, 1.0 / len(loader), search.sigma, **extra)
+    # a bug's step, or canaries: a DPOptimizer subclass in place of make_private's
+    dp_optimizer = rebuilt_optimizer(dp_optimizer, impl, len(loader), len(loader.dataset),
+                                     canaries)  # fmt: skip
     return _Private(DPStrategy(module, dp_module, dp_optimizer, recipe, x.device), dp_loader,
                     engine, search, impl)  # fmt: skip
 

@@ -31,8 +31,11 @@ Which implementations (:data:`IMPLEMENTATIONS`, in registration order):
   with k the canaries included. Only the *number* of included canaries moves B, which is why a
   one-run audit (whose guesses are per canary) is not expected to see this one.
 
-The bugs are plain data (:class:`DPImplementation`) applied by :func:`plant` to one Opacus
-``DPOptimizer`` instance (its methods are wrapped on that instance only, nothing global).
+The bugs are plain data (:class:`DPImplementation`): the loader's sampling and the batch-size
+normaliser are chosen where the optimizer is made (:func:`miaudit.train.dp._make_private`), the
+step's bugs run in an Opacus ``DPOptimizer`` subclass
+(:class:`miaudit.train.dp_optimizers.PlantedDPOptimizer`). This module imports neither torch
+nor Opacus, so that a study can name and list the implementations cheaply.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from miaudit.errors import ConfigError
 from miaudit.registry import Registry
 
 __all__ = ["DPImplementation", "IMPLEMENTATIONS", "CORRECT", "get_implementation",
-           "implementation_names", "plant"]
+           "implementation_names"]
 
 CORRECT = "correct"
 
@@ -113,49 +116,3 @@ def get_implementation(name: str | DPImplementation) -> DPImplementation:
 
 def implementation_names() -> list[str]:
     return IMPLEMENTATIONS.names()
-
-
-def plant(optimizer: Any, impl: DPImplementation, steps_per_epoch: int) -> None:
-    """Put ``impl``'s bugs into one Opacus ``DPOptimizer`` (``pre_step`` runs
-    ``clip_and_accumulate``, ``add_noise``, ``scale_grad``, then the accountant's step hook):
-    wraps those methods on this instance. The correct implementation changes nothing. The
-    sampling (loader) and the batch-size normaliser are set where the optimizer is made
-    (:func:`miaudit.train.dp._make_private`)."""
-    if not impl.clipping:
-        optimizer.clip_and_accumulate = _unclipped(optimizer)
-    if impl.noise_scale != 1.0 or not impl.noise_every_step:
-        optimizer.add_noise = _mis_noised(optimizer, impl, steps_per_epoch)
-
-
-def _unclipped(optimizer: Any) -> Any:
-    """Opacus's ``clip_and_accumulate`` with a clip factor of 1 for every sample."""
-    from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
-
-    def clip_and_accumulate() -> None:
-        for p in optimizer.params:
-            _check_processed_flag(p.grad_sample)
-            grad = optimizer._get_flat_grad_sample(p).to(p.dtype).sum(dim=0)
-            p.summed_grad = grad if p.summed_grad is None else p.summed_grad + grad
-            _mark_as_processed(p.grad_sample)
-
-    return clip_and_accumulate
-
-
-def _mis_noised(optimizer: Any, impl: DPImplementation, steps_per_epoch: int) -> Any:
-    """``add_noise`` with the noise multiplier scaled (and zero off an epoch's last step)
-    for the call only: the accountant's hook, which runs after, reads the claimed one."""
-    add_noise = optimizer.add_noise
-    calls = 0
-
-    def mis_noised() -> None:
-        nonlocal calls
-        calls += 1
-        claimed = optimizer.noise_multiplier
-        noisy = impl.noise_every_step or calls % max(1, steps_per_epoch) == 0
-        optimizer.noise_multiplier = claimed * impl.noise_scale if noisy else 0.0
-        try:
-            add_noise()  # std 0: Opacus's _generate_noise returns zeros, draws nothing
-        finally:
-            optimizer.noise_multiplier = claimed
-
-    return mis_noised

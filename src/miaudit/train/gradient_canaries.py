@@ -1,11 +1,14 @@
-"""White-box gradient canaries in one DP-SGD run (docs/algorithms.md §16).
+"""White-box gradient canaries in one DP-SGD run, the trainer's side (docs/algorithms.md §16).
 
 Steinke, Nasr & Jagielski, "Privacy Auditing with One (1) Training Run" (NeurIPS 2023), audit
 DP-SGD in the white-box setting with *gradient canaries*: m vectors in parameter space, each
 included in the run independently with probability ½ (seeded, drawn by the auditor), each
 acting as one more training example whose clipped gradient is that vector. This module holds
-the canaries, the hook that puts them into Opacus's DP-SGD step, what the run records, and the
-scores and one-run bounds of two threat models.
+the canaries, what puts them into Opacus's DP-SGD step (:class:`CanaryHook`, which
+:class:`miaudit.train.dp_optimizers.CanaryDPOptimizer` calls) and what the run records; the
+scores and one-run bounds of the two threat models read that record after training, in
+:mod:`miaudit.privacy.gradient_canary_scores` (outside the training code: editing a bound
+retrains nothing).
 
 **The canaries.** ``kind="dirac"`` (the default): canary i is ``C·e_{j_i}``, the clipping norm
 C on one coordinate ``j_i`` of the flattened parameters (a "Dirac canary"), m distinct
@@ -34,9 +37,10 @@ canary joins one uniformly random step of every epoch instead, as a row would. T
 the paper audits (gradient canaries as examples of DP-SGD's dataset), and the one the
 accountant's ε covers: a canary inserted at every step would have sample rate 1, for which
 the claimed ε says nothing. The canaries' gradients are added to Opacus's summed clipped
-gradients (``p.summed_grad``) right after ``clip_and_accumulate`` and before ``add_noise``, so
-the Gaussian noise (std σ·C) and the division by the expected batch size apply to them
-exactly as to a real example's clipped gradient.
+gradients (``p.summed_grad``) right after ``clip_and_accumulate`` and before ``add_noise`` (by
+the ``DPOptimizer`` subclass's ``clip_and_accumulate``), so the Gaussian noise (std σ·C) and
+the division by the expected batch size apply to them exactly as to a real example's clipped
+gradient.
 
 **What is recorded** (:class:`GradientCanaryRecord`): for every step t and canary i,
 ``x[t, i] = B·⟨ĝ_t, u_i⟩ / C``, the privatised gradient ĝ_t the optimizer received (after
@@ -45,33 +49,10 @@ u_i, in units of C: N(0, σ²) noise, plus 1 when the canary joined step t, plus
 data put there; and that last part alone, ``d[t, i] = ⟨S_t, u_i⟩ / C`` with S_t the summed
 clipped gradients of the step's real rows (read before the canaries go in). One gather per
 Dirac canary per step each. And the projections of the initial and final weights on each u_i.
-
-**Scores.** *Every iterate* (the auditor sees θ_0, θ_1, …, θ_T and knows the optimizer, so it
-can recover each step's privatised gradient from consecutive iterates): the sum over steps of
-the log likelihood ratio of the Poisson-subsampled Gaussian,
-``Σ_t log(1 − q + q·exp((x_t − ½)/σ²))`` (``score="likelihood"``, the default: the optimal
-per-step test, Neyman–Pearson), or the plain ``Σ_t x_t`` (``score="sum"``). Note that the sum
-of the *updates'* projections, Σ_t ⟨θ_t − θ_{t+1}, u_i⟩, telescopes to the final-model score
-below, so recording it would add nothing: the every-iterate auditor gains only by weighing the
-steps (here, by the likelihood ratio of each). ``known_data=True`` scores ``x − d`` instead:
-the adversary of DP's own threat model, who knows every other row and which of them each step
-sampled (the rows' sampling is independent of the canaries' coins, so conditioning on it
-leaves the canary's guarantee, subsampling included, intact), subtracts their clipped sum
-and is left with the canary and the noise alone. *Final model*: ``⟨θ_0 − θ_T, u_i⟩`` (the canary
-adds to the gradient, so an included one pushes its coordinate down). The IN/OUT guesses on
-the top/bottom scores then give the one-run ε bound (:mod:`miaudit.privacy.one_run`) and the
-f-DP one (:mod:`miaudit.privacy.fdp_one_run`): :func:`gradient_canary_audit`.
-
-Soundness rests on the DP-SGD guarantee with respect to each canary's inclusion (the canary
-being one more example, sampled like the others) and on the guesses being fixed in advance;
-the σ used by the likelihood score is the one the accountant claims, so a run whose real noise
-is smaller than claimed (a bug) scores its canaries *better*, never worse.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from copy import deepcopy
 from dataclasses import dataclass
 from typing import Any
@@ -83,19 +64,10 @@ from torch.nn import functional as F
 
 from miaudit.errors import ConfigError
 
-__all__ = [
-    "GradientCanaries",
-    "GradientCanaryRecord",
-    "ThreatModelBounds",
-    "GradientCanaryAudit",
-    "canary_scores",
-    "estimated_noise",
-    "gradient_canary_audit",
-]
+__all__ = ["GradientCanaries", "GradientCanaryRecord", "CanaryHook", "KINDS", "COORDINATES"]
 
 KINDS = ("dirac", "random")
 COORDINATES = ("quiet", "random")
-SCORES = ("likelihood", "sum")
 
 
 @dataclass
@@ -155,7 +127,7 @@ class GradientCanaries:
         self.coordinates, self.probe_rows = coordinates, int(probe_rows)
         self.norm = float(norm)
         self.record: GradientCanaryRecord | None = None
-        self._hook: _Hook | None = None
+        self._hook: CanaryHook | None = None
 
     def describe(self) -> dict[str, Any]:
         """The canaries' settings (for the privacy record)."""
@@ -194,17 +166,23 @@ class GradientCanaries:
             gen = torch.Generator(device="cpu").manual_seed(_derive(self.seed, 2))
             u = torch.randn(self.count, d, generator=gen, dtype=torch.float32)
             directions = (u / u.norm(dim=1, keepdim=True)).to(device)
-        self._hook = _Hook(self, params, coords, directions)
+        self._hook = CanaryHook(self, params, coords, directions)
 
-    def attach(self, optimizer: Any, sample_rate: float, noise_multiplier: float, *,
-               clipping: bool = True, shuffled_steps: int | None = None) -> None:
-        """Hook the canaries into Opacus's ``DPOptimizer`` (see :class:`_Hook`).
-        ``clipping``: whether the implementation clips (the canaries' raw norm is cut to C);
-        ``shuffled_steps``: steps per epoch of a shuffled-batch implementation (each included
-        canary joins one random step of each epoch), None for Poisson sampling."""
+    def attach(self, sample_rate: float, noise_multiplier: float, max_grad_norm: float,
+               expected_batch_size: float, *, clipping: bool = True,
+               shuffled_steps: int | None = None) -> CanaryHook:  # fmt: skip
+        """The prepared canaries, set for one run's DP-SGD step (the
+        :class:`~miaudit.train.dp_optimizers.CanaryDPOptimizer` calls the returned hook).
+        ``noise_multiplier``: the claimed σ; ``max_grad_norm``: C; ``expected_batch_size``: B,
+        Opacus's normaliser; ``clipping``: whether the implementation clips (the canaries'
+        raw norm is cut to C); ``shuffled_steps``: steps per epoch of a shuffled-batch
+        implementation (each included canary joins one random step of each epoch), None for
+        Poisson sampling."""
         if self._hook is None:
             raise RuntimeError("GradientCanaries.prepare must run before attach")
-        self._hook.attach(optimizer, sample_rate, noise_multiplier, clipping, shuffled_steps)
+        self._hook.attach(sample_rate, noise_multiplier, max_grad_norm, expected_batch_size,
+                          clipping, shuffled_steps)
+        return self._hook
 
     def finish(self) -> GradientCanaryRecord:
         """Collect the run's record into :attr:`record` (after training) and detach."""
@@ -269,13 +247,14 @@ def _probe(module: nn.Module, x: torch.Tensor, y: torch.Tensor, max_grad_norm: f
     return (flat * clip).abs().mean(dim=0).double().cpu().numpy()
 
 
-class _Hook:
+class CanaryHook:
     """The canaries inside one run of Opacus's ``DPOptimizer.pre_step``, which runs
     ``clip_and_accumulate`` (per-sample clipping, sum into ``p.summed_grad``), ``add_noise``
-    (``p.grad = p.summed_grad + N(0, σ²C²)``) and ``scale_grad`` (``p.grad /= B``). The hook
-    wraps the first, on this optimizer instance only, to add the canaries sampled this step to
-    ``p.summed_grad`` (so noise and scaling treat them as examples), and the last, to record
-    the projections of the privatised ``p.grad``."""
+    (``p.grad = p.summed_grad + N(0, σ²C²)``) and ``scale_grad`` (``p.grad /= B``).
+    :class:`~miaudit.train.dp_optimizers.CanaryDPOptimizer` calls :meth:`after_clipping` at
+    the end of the first, to add the canaries sampled this step to ``p.summed_grad`` (so noise
+    and scaling treat them as examples), and :meth:`after_scaling` at the end of the last, to
+    record the projections of the privatised ``p.grad``."""
 
     def __init__(self, owner: GradientCanaries, params: list[nn.Parameter],
                  coords: torch.Tensor | None, directions: torch.Tensor | None) -> None:  # fmt: skip
@@ -310,29 +289,27 @@ class _Hook:
             out[ids] = tensors[k].reshape(-1).index_select(0, local).float()
         return out
 
-    def attach(self, optimizer: Any, sample_rate: float, noise_multiplier: float,
-               clipping: bool = True, shuffled_steps: int | None = None) -> None:  # fmt: skip
+    def attach(self, sample_rate: float, noise_multiplier: float, max_grad_norm: float,
+               expected_batch_size: float, clipping: bool = True,
+               shuffled_steps: int | None = None) -> None:  # fmt: skip
         self.q, self.sigma = float(sample_rate), float(noise_multiplier)
-        self.C = float(optimizer.max_grad_norm)
-        self.B = float(optimizer.expected_batch_size)
+        self.C, self.B = float(max_grad_norm), float(expected_batch_size)
         # what one sampled canary adds: its raw norm, clipped to C unless the run skips it
         norm = self.owner.norm
         self.weight = self.C * (min(norm, 1.0) if clipping else norm)
         self.shuffled_steps, self.step, self.slot = shuffled_steps, 0, None
-        clip_and_accumulate, scale_grad = optimizer.clip_and_accumulate, optimizer.scale_grad
 
-        def with_canaries() -> None:
-            clip_and_accumulate()
-            self.data_rows.append(self._project([p.summed_grad for p in self.params]) / self.C)
-            self._add(optimizer)
+    def after_clipping(self) -> None:
+        """The rows' part d of this step (before the canaries go in), then the canaries."""
+        self.data_rows.append(self._project([p.summed_grad for p in self.params]) / self.C)
+        self._add()
 
-        def and_record() -> None:
-            scale_grad()
-            self._record(optimizer)
+    def after_scaling(self) -> None:
+        """x of this step: the privatised, normalised gradient projected, in units of C/B."""
+        grads = [p.grad for p in self.params]
+        self.rows.append(self._project(grads) * (self.B / self.C))
 
-        optimizer.clip_and_accumulate, optimizer.scale_grad = with_canaries, and_record
-
-    def _add(self, optimizer: Any) -> None:
+    def _add(self) -> None:
         """The sampled canaries' vectors (norm C each) into ``p.summed_grad``."""
         k = self.shuffled_steps
         if k:  # shuffled batches: one uniformly random step of each epoch
@@ -356,10 +333,6 @@ class _Hook:
             add.index_add_(0, local, weight[ids].to(add.dtype))
             p.summed_grad.add_(add.view_as(p.summed_grad))
 
-    def _record(self, optimizer: Any) -> None:
-        grads = [p.grad for p in self.params]
-        self.rows.append(self._project(grads) * (self.B / self.C))
-
     def finish(self) -> GradientCanaryRecord:
         final = self._project([p.detach() for p in self.params])
         m = self.owner.count
@@ -381,154 +354,3 @@ class _Hook:
             expected_batch_size=self.B,
             data=data if data.shape == proj.shape else None,
         )
-
-
-# --- scores and bounds ------------------------------------------------------------------------
-
-def _observed(record: GradientCanaryRecord, known_data: bool) -> np.ndarray:
-    """x, or x − d for the adversary who knows the other rows (module doc)."""
-    if not known_data:
-        return record.projections
-    if record.data is None:
-        raise ConfigError("known_data needs a record with the rows' part d (recorded by runs "
-                          "since the dp-bugs study); this one has none.")
-    return record.projections - record.data
-
-
-def estimated_noise(record: GradientCanaryRecord, known_data: bool = False) -> float:
-    """σ̂: the noise multiplier read off the run itself, 1.4826 × the median absolute deviation
-    of every recorded x[t, i] (of x − d with ``known_data``; robust to the few entries shifted
-    by a sampled canary). A function of the output alone (never of the inclusions), so scoring
-    with it keeps the bound sound; it is what lets the audit see a run whose real noise is
-    below the claimed one."""
-    x = _observed(record, known_data).ravel()
-    if x.size == 0:
-        return float(record.noise_multiplier)
-    return float(1.4826 * np.median(np.abs(x - np.median(x))))
-
-
-def canary_scores(record: GradientCanaryRecord, threat_model: str = "every-iterate",
-                  score: str = "likelihood", noise: str | float = "estimated",
-                  known_data: bool = False) -> np.ndarray:  # fmt: skip
-    """Each canary's score (higher = more likely included) under ``threat_model``:
-    ``"every-iterate"`` (``score``: ``"likelihood"`` or ``"sum"``) or ``"final-model"``.
-
-    ``noise``: the σ of the likelihood score: ``"estimated"`` (:func:`estimated_noise`, the
-    default), ``"per-step"`` (the same estimate for each step t alone, over the m canaries:
-    an implementation whose noise differs between steps, e.g. noise once per epoch, shows
-    its unnoised steps, which then weigh as much as they reveal; floored at 1e-3 × the
-    claimed σ), ``"claimed"`` (the accountant's), or a number. Any choice is sound (the score is
-    a function of the output); a σ far from the real one only costs power. ``known_data``
-    (every iterate only): score x − d, the adversary who knows the other rows (module doc)."""
-    if threat_model == "final-model":
-        return record.initial - record.final
-    if threat_model != "every-iterate":
-        raise ConfigError(f"threat_model must be 'every-iterate' or 'final-model', "
-                          f"got {threat_model!r}.")
-    if score not in SCORES:
-        raise ConfigError(f"score must be one of {SCORES}, got {score!r}.")
-    x = _observed(record, known_data)
-    if score == "sum":
-        return x.sum(axis=0)
-    q = record.sample_rate
-    if noise == "estimated":
-        sigma = estimated_noise(record, known_data)
-    elif noise == "per-step":
-        sigma = _per_step_noise(x, record.noise_multiplier)[:, None]
-    elif noise == "claimed":
-        sigma = record.noise_multiplier
-    elif isinstance(noise, (int, float)) and not isinstance(noise, bool):
-        sigma = float(noise)
-    else:
-        raise ConfigError(f"noise must be 'estimated', 'per-step', 'claimed' or a number, "
-                          f"got {noise!r}.")
-    if not np.all(sigma > 0):
-        raise ConfigError("the likelihood score needs a noise multiplier > 0; use score='sum'.")
-    a = (x - 0.5) / sigma**2  # log N(x; 1, σ²) − log N(x; 0, σ²)
-    if q >= 1.0:
-        return a.sum(axis=0)
-    return np.logaddexp(math.log1p(-q), math.log(q) + a).sum(axis=0)
-
-
-def _per_step_noise(x: np.ndarray, claimed: float) -> np.ndarray:
-    """σ̂_t for each step t: 1.4826 × the median absolute deviation of x[t, :] (a function of
-    the output alone), floored at 1e-3 × the claimed σ so that an unnoised step scores
-    finitely."""
-    if x.size == 0:
-        return np.full(x.shape[0], claimed)
-    mad = np.median(np.abs(x - np.median(x, axis=1, keepdims=True)), axis=1)
-    return np.maximum(1.4826 * mad, 1e-3 * claimed)
-
-
-@dataclass(frozen=True)
-class ThreatModelBounds:
-    """The one-run ε bound and the f-DP one for one threat model's scores; with several
-    candidate guesses each is evaluated at α / candidates and the largest kept (so each of
-    the two holds at 1 − α)."""
-
-    threat_model: str
-    epsilon: float  # one-run (ε, δ) lower bound (privacy/one_run.py)
-    fdp_mu: float  # f-DP one-run μ-GDP lower bound (privacy/fdp_one_run.py)
-    fdp_epsilon: float  # its ε at δ (an estimate: assumes a Gaussian trade-off curve)
-    one_run: dict[str, Any]  # the best OneRunBound's to_dict()
-    fdp: dict[str, Any]  # the best FDPOneRunBound's to_dict()
-
-
-@dataclass(frozen=True)
-class GradientCanaryAudit:
-    """Both threat models' bounds for one run with gradient canaries."""
-
-    every_iterate: ThreatModelBounds
-    final_model: ThreatModelBounds
-    m: int
-    steps: int
-    sample_rate: float
-    noise_multiplier: float
-    score: str
-    noise: float  # σ the every-iterate likelihood score used (per-step: the overall σ̂)
-    known_data: bool = False  # the every-iterate adversary knew the other rows (x − d)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain Python values, for metrics.json."""
-        return dataclasses.asdict(self)
-
-
-def _bounds(threat_model: str, scores: np.ndarray, included: np.ndarray,
-            pairs: list[tuple[int, int]], delta: float, alpha: float) -> ThreatModelBounds:
-    from miaudit.privacy.fdp_one_run import fdp_one_run_mu
-    from miaudit.privacy.one_run import one_run_epsilon
-
-    each = alpha / len(pairs)
-    eps = [one_run_epsilon(scores, included, kp, km, delta, each) for kp, km in pairs]
-    fdp = [fdp_one_run_mu(scores, included, kp, km, delta, each) for kp, km in pairs]
-    best_e = max(eps, key=lambda b: b.epsilon)
-    best_f = max(fdp, key=lambda b: b.mu)
-    return ThreatModelBounds(threat_model, best_e.epsilon, best_f.mu, best_f.epsilon,
-                             best_e.to_dict(), best_f.to_dict())
-
-
-def gradient_canary_audit(record: GradientCanaryRecord, guesses: Any = None,
-                          delta: float = 1e-5, alpha: float = 0.05,
-                          score: str = "likelihood", noise: str | float = "estimated",
-                          known_data: bool = False) -> GradientCanaryAudit:  # fmt: skip
-    """Scores of both threat models (:func:`canary_scores`) and their one-run ε and f-DP
-    bounds at ``delta``, ``alpha``. ``guesses``: as ``canaries.guesses`` in a run config
-    (:func:`miaudit.privacy.canaries.resolve_guesses`; default a tenth of the canaries each
-    way), fixed before the inclusions are seen; several candidates share α (Bonferroni).
-    ``score``, ``noise``, ``known_data``: the every-iterate score (:func:`canary_scores`)."""
-    from miaudit.privacy.canaries import resolve_guesses
-
-    pairs = resolve_guesses(guesses, record.m)
-    inc = record.included
-    return GradientCanaryAudit(
-        every_iterate=_bounds("every-iterate",
-                              canary_scores(record, "every-iterate", score, noise, known_data),
-                              inc, pairs, delta, alpha),
-        final_model=_bounds("final-model", canary_scores(record, "final-model"),
-                            inc, pairs, delta, alpha),
-        m=record.m, steps=record.steps, sample_rate=record.sample_rate,
-        noise_multiplier=record.noise_multiplier, score=score,
-        noise=(estimated_noise(record, known_data) if noise in ("estimated", "per-step") else
-               record.noise_multiplier if noise == "claimed" else float(noise)),
-        known_data=known_data,
-    )  # fmt: skip

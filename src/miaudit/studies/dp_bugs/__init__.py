@@ -167,8 +167,9 @@ def work(cell: Cell) -> list[dict[str, Any]]:
     import torch
     from torch.nn import functional as F
 
+    from miaudit.privacy.gradient_canary_scores import gradient_canary_audit
     from miaudit.train import Recipe, dp
-    from miaudit.train.gradient_canaries import GradientCanaries, gradient_canary_audit
+    from miaudit.train.gradient_canaries import GradientCanaries
 
     p = cell.params
     spec, seed = p["spec"], int(p["seed"])
