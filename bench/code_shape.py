@@ -1,9 +1,10 @@
 """The shape of the package at a git revision: modules, top-level modules, repeated file names,
-long files and long functions. For comparing a refactor's before and after.
+long files, long functions and imports that run up the layers (the layers and the import
+graph are tests/test_imports.py's). For comparing a refactor's before and after.
 
     python bench/code_shape.py 28cf33d HEAD
 
-Reads the revisions with `git show` (the working tree is not touched); stdlib only.
+Reads the revisions with `git show` (the working tree is not touched).
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import ast
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from test_imports import import_graph_of, upward_imports  # noqa: E402
 
 LONG_FILE = 400  # lines
 LONG_FUNCTION = 80  # lines
@@ -24,10 +29,13 @@ def _git(*args: str) -> str:
 def shape(rev: str) -> dict:
     paths = [p for p in _git("ls-tree", "-r", "--name-only", rev, "src/miaudit").split()
              if p.endswith(".py")]
-    lines, long_functions = {}, []
+    lines, long_functions, sources = {}, [], {}
     for path in paths:
         text = _git("show", f"{rev}:{path}")
         lines[path] = text.count("\n")
+        parts = path.removeprefix("src/").removesuffix(".py").split("/")
+        package = parts[-1] == "__init__"
+        sources[".".join(parts[:-1] if package else parts)] = (package, text)
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
@@ -39,7 +47,8 @@ def shape(rev: str) -> dict:
             "repeated": {n: c for n, c in names.items() if c > 1},
             "long_files": sorted(((n, p) for p, n in lines.items() if n > LONG_FILE),
                                  reverse=True),
-            "long_functions": sorted(long_functions, reverse=True)}
+            "long_functions": sorted(long_functions, reverse=True),
+            "upward": upward_imports(import_graph_of(sources))}
 
 
 def main(revs: list[str]) -> None:
@@ -56,6 +65,9 @@ def main(revs: list[str]) -> None:
         print(f"functions over {LONG_FUNCTION} lines ({len(s['long_functions'])}): "
               + ", ".join(f"{p.removeprefix('src/miaudit/')} {n}"
                           for n, p in s["long_functions"]))
+        print(f"imports up the layers ({len(s['upward'])}): "
+              + ", ".join(f"{a.removeprefix('miaudit.')} -> {b.removeprefix('miaudit.')}"
+                          for a, b in s["upward"]))
         print()
 
 

@@ -19,14 +19,33 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+# The layers, lowest first: a module imports its own layer and those below it, never one above
+# (docs/contributing.md). A layer is a subpackage (miaudit.train), a top-level module
+# (miaudit.formatting) or, where named, one module of a subpackage: config.sections (the
+# sections' value types, which privacy and the verdict read) sits below the rest of config
+# (a run's whole config and its checks, which consult the privacy layer's canary kinds).
+LAYERS = (
+    "errors", "version", "io", "registry", "formatting", "runtime", "cache", "data", "models",
+    "train", "signals", "protocol", "attacks", "metrics", "records", "config.sections",
+    "privacy", "verdict", "config", "report", "experiments", "pipeline", "null_calibration",
+    "external", "studies", "api", "cli",
+)
+
+
 def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports, in the working tree."""
+    return import_graph_of({_module(p): (p.name == "__init__.py", p.read_text(encoding="utf-8"))
+                            for p in (SRC / "miaudit").rglob("*.py")})
+
+
+def import_graph_of(sources: dict[str, tuple[bool, str]]) -> dict[str, set[str]]:
     """Module -> the package modules it imports (``from a import b`` counts as ``a.b`` when
-    that is a module, else as ``a``)."""
-    paths = {_module(p): p for p in (SRC / "miaudit").rglob("*.py")}
+    that is a module, else as ``a``), from each module's (is a package ``__init__``, source)."""
+    paths = sources
     graph: dict[str, set[str]] = {m: set() for m in paths}
-    for module, path in paths.items():
-        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for module, (is_package, text) in paths.items():
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -40,6 +59,28 @@ def import_graph() -> dict[str, set[str]]:
                 continue
             graph[module] |= {t for t in targets if t in paths and t != module}
     return graph
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a module belongs to: the longest of :data:`LAYERS` that names it or a
+    package above it (None for the package itself)."""
+    parts = module.split(".")[1:]
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in LAYERS:
+            return ".".join(parts[:end])
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where a module imports one of a higher layer."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    found = []
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = layer_of(module), layer_of(target)
+            if a is not None and b is not None and rank[b] > rank[a]:
+                found.append((module, target))
+    return sorted(found)
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -92,9 +133,33 @@ def test_the_package_has_no_import_cycle():
     assert cycles(import_graph()) == []
 
 
+def test_every_package_is_in_a_layer():
+    modules = import_graph()
+    assert {layer_of(m) for m in modules} - {None} == set(LAYERS)
+
+
+def test_the_detector_finds_a_planted_upward_import():
+    graph = {"miaudit.data.x": {"miaudit.report.y"}, "miaudit.report.y": {"miaudit.data.x"}}
+    assert upward_imports(graph) == [("miaudit.data.x", "miaudit.report.y")]
+
+
+# Imports up the layers still to remove, each with what it needs; the list only shrinks.
+KNOWN_UPWARD = {
+    ("miaudit.records.outcomes", "miaudit.privacy.results"):
+        "an attack's metrics record holds its privacy bounds as privacy.results' typed entries, "
+        "whose value types (EpsilonBound, GaussianDPBound, OneRunBound) live in privacy: they "
+        "move to records with it",
+}
+
+
+def test_layers_import_one_way():
+    """No module imports a layer above its own (but for the known ones, still to remove)."""
+    assert upward_imports(import_graph()) == sorted(KNOWN_UPWARD)
+
+
 def test_the_pipeline_is_a_package_of_one_way_stages():
     graph = import_graph()
-    stages = ["models", "querying", "evaluate", "checkpoint_audit", "runner"]
+    stages = ["models", "canaries", "querying", "evaluate", "checkpoint_audit", "runner"]
     for i, stage in enumerate(stages):
         later = {f"miaudit.pipeline.{s}" for s in stages[i + 1:]}
         assert not graph[f"miaudit.pipeline.{stage}"] & later, stage

@@ -38,9 +38,9 @@ class Planted:
 def test_a_pickle_planted_in_a_gradient_canary_record_never_runs(tmp_path, caplog):
     from sklearn.datasets import load_digits
 
-    from miaudit.cache.gradient_records import RECORD_SUFFIX
     from miaudit.train import ModelCache, Recipe
     from miaudit.train.gradient_canaries import GradientCanaries
+    from miaudit.train.gradient_records import RECORD_SUFFIX
 
     digits = load_digits()
     x, y = (digits.data[:N] / 16.0).astype(np.float32), digits.target[:N].astype(np.int64)

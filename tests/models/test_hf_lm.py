@@ -19,7 +19,7 @@ from miaudit.models import build_model
 from miaudit.models.hf import HFCausalLM, encode_texts
 from miaudit.models.hf_lm import base_model_identity, base_tokenizer
 from miaudit.pipeline import run
-from miaudit.privacy.run_canaries import exposure_line
+from miaudit.pipeline.canaries import exposure_line
 from miaudit.signals import SignalBank
 from miaudit.signals.assemble import SignalSpec, lm_signals
 from miaudit.train import Recipe

@@ -164,8 +164,8 @@ def test_a_cached_record_without_the_rows_part_is_an_error_for_known_data_only(f
     (never scores x under a known-data report); the auditor who does not need d reads it."""
     import dataclasses
 
-    from miaudit.cache.gradient_records import RECORD_SHA256, load_record, save_record
     from miaudit.errors import ConfigError
+    from miaudit.train.gradient_records import RECORD_SHA256, load_record, save_record
 
     _, _, tmp = first
     blind = _known_data_run(tmp, "wb-blind-before", False)
@@ -229,7 +229,7 @@ def test_a_white_box_bound_above_the_claim_refutes_it_per_family():
 
 def test_a_config_built_in_python_is_checked_again_before_any_work(tmp_path):
     from miaudit.errors import ConfigError
-    from miaudit.privacy.run_canaries import check_canaries
+    from miaudit.pipeline.canaries import check_canaries
 
     cfg = config_from_dict(_data(tmp_path, "python"))
     cfg.recipe = {k: v for k, v in cfg.recipe.items() if k != "dp"}  # changed after loading

@@ -1,5 +1,5 @@
 """A DP-SGD model trained with white-box gradient canaries in the model cache
-(ModelCache.get_or_train_with_canaries, miaudit.cache.gradient_records): its own key (the
+(ModelCache.get_or_train_with_canaries, miaudit.train.gradient_records): its own key (the
 canary-free key and the canaries' settings), its record stored beside it and verified on every
 load, a cached rerun giving back the same record and bounds, a corrupt or missing record
 retrained, never trusted."""
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from miaudit.cache.gradient_records import RECORD_SUFFIX, canary_key
 from miaudit.privacy.gradient_canary_scores import gradient_canary_audit
 from miaudit.train import ModelCache, Recipe, key_for
 from miaudit.train.gradient_canaries import GradientCanaries
+from miaudit.train.gradient_records import RECORD_SUFFIX, canary_key
 
 N = 256
 RECIPE = Recipe(epochs=2, batch_size=64, lr=0.1, arch_params={"hidden": 32},
@@ -81,11 +81,11 @@ def test_a_record_stored_without_the_rows_part_loads_and_is_never_scored_as_if_i
     """An entry cached before the record kept d (its npz has no ``data``) still loads, for
     the auditor who does not need d; asked for known_data it is a ConfigError that says
     what to do, never the x score under a known-data report."""
-    from miaudit.cache.gradient_records import load_record, save_record
     from miaudit.config import CanariesConfig
     from miaudit.errors import ConfigError
     from miaudit.privacy.audit_record import PrivacySettings
     from miaudit.privacy.white_box import gradient_canaries_csv, white_box_audit
+    from miaudit.train.gradient_records import load_record, save_record
 
     _, record, _ = _get(ModelCache(tmp_path), data)
     path = tmp_path / "old.canaries.npz"
@@ -117,7 +117,7 @@ def test_a_corrupt_or_missing_record_is_retrained_never_trusted(tmp_path, data, 
         path.unlink()
     else:  # a well-formed record of other canaries: its hash does not match the entry's
         _, other, _ = _get(ModelCache(tmp_path / "other"), data, count=100, seed=9)
-        from miaudit.cache.gradient_records import save_record
+        from miaudit.train.gradient_records import save_record
 
         save_record(path, other)
     again = ModelCache(tmp_path)

@@ -85,6 +85,8 @@ NOT_TRAINER_CODE: dict[str, str] = {
     "miaudit.train.model_cache":
         "storage only: a change to what it stores or how bumps CACHE_FORMAT",
     "miaudit.train.ledger": "counts models planned and stored",
+    "miaudit.train.gradient_records": "storage only: a gradient-canary run's record beside its "
+                                      "cached model, checked by its hash",
     "miaudit.train.cluster": "Ray transport only: ships parallel's group task (trained by "
                              "parallel.train_group, threads chosen in trainer) and the weights "
                              "back losslessly (safetensors); workers check the trainer digest",

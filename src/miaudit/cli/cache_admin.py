@@ -139,7 +139,7 @@ def _size(path: Path) -> int:
 
 
 # Files stored beside a torch entry's weights, part of the entry (removed with it): a
-# gradient-canary run's record (miaudit.cache.gradient_records; its json holds its hash)
+# gradient-canary run's record (miaudit.train.gradient_records; its json holds its hash)
 COMPANIONS = (".canaries.npz",)
 
 

@@ -4,8 +4,10 @@ Its stages import one way, each only the ones before it:
 
 - ``models``: recipes resolved from the config; the design's models trained or loaded from the
   content-addressed cache (with checkpoints); calibration-via-forgetting copies;
+- ``canaries``: the canaries of one-run auditing, checked before the dataset loads, given
+  their labels and recorded;
 - ``querying``: every model queried into a :class:`~miaudit.signals.SignalBank`
-  (``build_bank``), with the canaries of one-run auditing (:mod:`miaudit.privacy.run_canaries`);
+  (``build_bank``), with the canaries;
 - ``evaluate``: attacks scored on a bank and evaluated (``evaluate_bank``), with the checks
   the verdict reads (the split check's record, :mod:`miaudit.verdict.split_check`: can the
   audit's members be told from its non-members without the model?; the target's fit on its

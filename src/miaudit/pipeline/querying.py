@@ -21,8 +21,8 @@ from miaudit.config import (
 )
 from miaudit.data import Dataset, load_dataset
 from miaudit.errors import ConfigError
+from miaudit.pipeline.canaries import canary_secrets, check_canaries, target_dataset
 from miaudit.pipeline.models import forgetting_models, resolve_recipes, train_design
-from miaudit.privacy.run_canaries import canary_secrets, check_canaries, target_dataset
 from miaudit.privacy.secrets import CanarySecret
 from miaudit.protocol import Design, make_design, make_split
 from miaudit.runtime.devices import check_precision, resolve_device

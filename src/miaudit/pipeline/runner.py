@@ -21,17 +21,17 @@ from miaudit.config import (
 )
 from miaudit.config.plan import dataset_kind
 from miaudit.io import write_text
-from miaudit.pipeline.checkpoint_audit import audit_checkpoints, checkpoints_table
-from miaudit.pipeline.evaluate import evaluate_bank
-from miaudit.pipeline.models import check_labels, resolve_recipes
-from miaudit.pipeline.querying import BuiltBank, build_bank
-from miaudit.privacy.best_bound import privacy_audit
-from miaudit.privacy.run_canaries import (
+from miaudit.pipeline.canaries import (
     canaries_csv,
     check_canaries,
     exposure_line,
     exposure_summary,
 )
+from miaudit.pipeline.checkpoint_audit import audit_checkpoints, checkpoints_table
+from miaudit.pipeline.evaluate import evaluate_bank
+from miaudit.pipeline.models import check_labels, resolve_recipes
+from miaudit.pipeline.querying import BuiltBank, build_bank
+from miaudit.privacy.best_bound import privacy_audit
 from miaudit.privacy.white_box import gradient_canaries_csv, white_box_audit
 from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.records.run_dir import StagedRunDir, check_run_name

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from miaudit.config import CanariesConfig, MetricsConfig
+from miaudit.config.sections import CanariesConfig, MetricsConfig
 from miaudit.errors import ConfigError
 from miaudit.privacy import (
     OneRunBound,

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from miaudit.config import CanariesConfig
+from miaudit.config.sections import CanariesConfig
 from miaudit.errors import ConfigError
 from miaudit.privacy import FDPOneRunBound, OneRunBound
 from miaudit.privacy.audit_record import (

@@ -258,10 +258,10 @@ class ModelCache:
         """The DP-SGD model of these inputs trained with white-box ``canaries``
         (:func:`~miaudit.train.dp.train_model_dp`) and the run's record, from the cache or
         trained here and stored. The key is the canary-free one with the canaries' settings
-        (:func:`~miaudit.cache.gradient_records.canary_key`), so the canary-free model keeps
+        (:func:`~miaudit.train.gradient_records.canary_key`), so the canary-free model keeps
         its own entry; the record is stored beside the model and verified on every load (a
         missing or altered record makes the entry corrupt: it is retrained)."""
-        from miaudit.cache import gradient_records
+        from miaudit.train import gradient_records
 
         n_classes = trainer.infer_num_classes(labels) if num_classes is None else num_classes
         input_shape = tuple(int(d) for d in features.shape[1:])

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from miaudit import metrics
-from miaudit.config import MetricsConfig
+from miaudit.config.sections import MetricsConfig
 
 SHIFT_P_VALUE = 0.001  # one-sided: what counts as "clearly above chance"
 FOLDS = 2  # halves: each one's test is valid alone (see the module docstring)

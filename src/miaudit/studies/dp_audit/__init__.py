@@ -196,7 +196,7 @@ def _check_cell(params: dict[str, Any]) -> None:
     """The pipeline's own checks of a cell's run config (canary kind, guesses, whether the
     canaries could ever certify ε > 0), before any cell trains."""
     from miaudit.config import config_from_dict
-    from miaudit.privacy.run_canaries import check_canaries
+    from miaudit.pipeline.canaries import check_canaries
 
     try:
         check_canaries(config_from_dict(run_config(params)))

@@ -110,8 +110,8 @@ def _epochs_rows(cfg: Any, built: Any, epochs: int, base: Any) -> tuple[list[dic
     queried again), None to query them. Returns the rows and the base channel."""
     from miaudit.attacks import get_attack
     from miaudit.pipeline import evaluate_bank, model_accuracies
+    from miaudit.pipeline.canaries import exposure_summary
     from miaudit.pipeline.querying import query_bank, secret_exposures
-    from miaudit.privacy.run_canaries import exposure_summary
 
     start = time.perf_counter()
     models = _models_at(built, epochs)

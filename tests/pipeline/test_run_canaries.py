@@ -14,6 +14,7 @@ import pytest
 from miaudit.config import config_from_dict
 from miaudit.errors import ConfigError
 from miaudit.pipeline import run
+from miaudit.pipeline.canaries import canary_delta, check_canaries
 from miaudit.privacy import min_canaries, mu_array
 from miaudit.privacy.attack_bounds import correct_guesses, one_run_record
 from miaudit.privacy.audit_record import PrivacyAudit
@@ -25,7 +26,6 @@ from miaudit.privacy.results import (
     ONE_RUN,
     OneRunEpsilon,
 )
-from miaudit.privacy.run_canaries import canary_delta, check_canaries
 from miaudit.privacy.sections import BOUND_WORDS, privacy_line
 from miaudit.protocol import make_design, make_split
 from miaudit.records.outcomes import AttackMetrics
