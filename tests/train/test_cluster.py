@@ -275,10 +275,11 @@ def test_training_document_of_local_models():
     from miaudit.train.common import TrainedModel
 
     model = TrainedModel(torch.nn.Linear(1, 1), RECIPE, 3, 1.5, 10.0, node="local",
-                         device="cpu", cache_key="k")  # fmt: skip
+                         device="cpu", cache_key="k", stack=4)  # fmt: skip
     doc = training_document([model])
     assert doc["models"] == [{"model": 0, "cache_key": "k", "seed": 3, "node": "local",
-                              "device": "cpu", "seconds": 1.5, "from_cache": False}]
+                              "device": "cpu", "seconds": 1.5, "from_cache": False,
+                              "stack": 4}]
     assert doc["nodes"] == {"local": 1} and doc["trained"] == 1
 
 

@@ -51,9 +51,15 @@ def test_key_changes_with_every_field(change):
     assert Recipe(**change).key() != Recipe().key()
 
 
+def test_key_changes_with_epoch_fraction():
+    # below 1 only for airbench94 (its trainer cuts the last epoch), so against its recipe
+    airbench = Recipe(architecture="airbench94")
+    assert airbench.replace(epoch_fraction=0.9).key() != airbench.key()
+
+
 def test_every_field_is_covered_by_the_sensitivity_test():
     names = {f.name for f in dataclasses.fields(Recipe)}
-    assert len(names) == 14, "new field: add it to test_key_changes_with_every_field"
+    assert len(names) == 15, "new field: add it to test_key_changes_with_every_field"
 
 
 def test_round_trip_and_frozen():

@@ -46,6 +46,8 @@ TRAINER_CODE: dict[str, str] = {
     "miaudit.train.loop": "the one-model strategy: losses (classification, causal LM), "
                           "optimizer steps, seeding and dispatch to DP-SGD",
     "miaudit.train.stacked": "K models trained as one, with a written-out backward",
+    "miaudit.train.stacked_func": "K models of any image/tabular architecture trained as one "
+                                  "(torch.func): dropout masks, BatchNorm buffers, augmentation",
     "miaudit.train.parallel": "worker processes: their thread count and how models come back",
     "miaudit.train.common": "optimizers, the learning-rate schedule, seed derivation, RNG "
                           "isolation, snapshots",
@@ -63,6 +65,9 @@ TRAINER_CODE: dict[str, str] = {
     "miaudit.models.registry": "how an architecture is built from its name and params",
     "miaudit.models.mlp": "the mlp architecture and its initialisation",
     "miaudit.models.cnn": "the CNN architectures and their initialisation",
+    "miaudit.models.airbench": "airbench94's network and its whitening initialisation",
+    "miaudit.train.airbench": "airbench94's trainer: parameter groups, alternating flip, "
+                              "lookahead, whitening bias freeze, whole batches",
     "miaudit.models.resnet": "the ResNet architectures and their initialisation",
     "miaudit.models.text": "text classifiers and causal LMs (MiniLM, text-cnn, gpt-small)",
     "miaudit.models.hf": "Hugging Face folder models (from a base, or a config from scratch)",

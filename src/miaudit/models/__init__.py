@@ -1,6 +1,7 @@
 """Model architectures, by name: ``build_model("mlp", (40,), 100, hidden=128)``."""
 
 from miaudit.models import (  # noqa: F401  (modules register their factories)
+    airbench,
     cnn,
     hf,
     hf_lm,

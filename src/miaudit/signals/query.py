@@ -1,12 +1,15 @@
 """Query trained models into a signal bank.
 
 A query is a deterministic transform of an input batch: `plain` (query 0), `mirror`
-(horizontal flip, images), and `crop-flip-K` (the augmented queries of LiRA and RAPID: random
-crop with 4-pixel zero padding plus a random horizontal flip, drawn once per dataset row from
-seed K, so every model sees exactly the same augmented input); `cropP-flip-K` is the same with
-P-pixel padding (`crop2-flip-3`: shifts of up to 2 pixels, seed 3), the draw of a recipe that
-trains with `{name: crop, padding: P}` and `mirror`. `training_queries` lists the queries that
-replay a recipe's training augmentation, and `untrained_queries` the ones that do not.
+(horizontal flip, images), `translate-dr`, `translate-ul` and their `mirror-` forms
+(airbench94's test-time views, Jordan 2024: a one-pixel diagonal shift with reflect padding,
+see :data:`miaudit.models.airbench.TTA_QUERIES`), and `crop-flip-K` (the augmented queries of
+LiRA and RAPID: random crop with 4-pixel zero padding plus a random horizontal flip, drawn
+once per dataset row from seed K, so every model sees exactly the same augmented input);
+`cropP-flip-K` is the same with P-pixel padding (`crop2-flip-3`: shifts of up to 2 pixels,
+seed 3), the draw of a recipe that trains with `{name: crop, padding: P}` and `mirror`.
+`training_queries` lists the queries that replay a recipe's training augmentation, and
+`untrained_queries` the ones that do not.
 Token-id inputs (text, dataset kind ``tokens``) have their own seeded perturbations, RAPID's
 text queries:
 ``token-dropout-K`` (each token but the first and the last real one dropped with probability
@@ -34,6 +37,9 @@ from miaudit.train.augment import parse_augmentation
 QueryFn = Callable[[torch.Tensor, np.ndarray], torch.Tensor]
 _CROP_FLIP = re.compile(r"^crop(\d*)-flip-(\d+)$")  # crop-flip-K (padding 4), cropP-flip-K
 CROP_FLIP_PADDING = 4  # crop-flip-K's padding (the training `crop` step's default too)
+# airbench94's test-time views (Jordan 2024): a diagonal shift by P pixels (P omitted: 1)
+# with reflect padding, down-right (dr) or up-left (ul), then optionally mirrored.
+_TRANSLATE = re.compile(r"^(mirror-)?translate(\d*)-(dr|ul)$")
 _TOKEN_QUERY = re.compile(r"^(token-dropout|adjacent-swap)-(\d+)$")
 PAD_TOKEN = 0  # the tokenizers' pad id (see miaudit.models.text)
 TOKEN_DROPOUT = 0.1
@@ -45,6 +51,20 @@ def _plain(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
 
 def _mirror(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
     return x.flip(-1)
+
+
+def _translate(pixels: int, down_right: bool, mirror: bool) -> QueryFn:
+    """airbench's TTA translation: reflect-pad by ``pixels`` and take the window that moves the
+    image down-right (its ``padded[:, :, 0:32, 0:32]``) or up-left, then mirror if asked."""
+
+    def apply(x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        padded = torch.nn.functional.pad(x, (pixels,) * 4, mode="reflect")
+        lo = 0 if down_right else 2 * pixels
+        out = padded[..., lo : lo + h, lo : lo + w]
+        return out.flip(-1) if mirror else out
+
+    return apply
 
 
 def _crop_flip(seed: int, n_rows: int, padding: int = 4) -> QueryFn:
@@ -140,7 +160,8 @@ def _crop_flip_name(padding: int, seed: int) -> str:
 def _trained_steps(augment: Sequence[Any]) -> tuple[bool, set[int]]:
     """Whether ``augment`` (a recipe's, checked) mirrors, and the paddings it crops with."""
     steps = parse_augmentation(list(augment))
-    mirror = any(name == "mirror" and params["p"] > 0 for name, params in steps)
+    mirror = any((name == "mirror" and params["p"] > 0) or name == "alternating-flip"
+                 for name, params in steps)
     return mirror, {int(params["padding"]) for name, params in steps if name == "crop"}
 
 
@@ -177,13 +198,19 @@ def replay_queries(augment: Sequence[Any], most: int) -> list[str]:
 def untrained_queries(queries: Sequence[str], augment: Sequence[Any]) -> list[str]:
     """The image queries of ``queries`` that apply a transform the training augmentation
     ``augment`` does not: `mirror` without a mirror step, a crop-flip query without both a
-    mirror step and a crop step of its padding. `plain` and the token queries never are."""
+    mirror step and a crop step of its padding, a translate view without a translate step of at
+    least its shift (or, mirrored, without a mirror step). `plain` and the token queries never
+    are."""
     mirror, paddings = _trained_steps(augment)
+    shifts = [p["padding"] for n, p in parse_augmentation(list(augment)) if n == "translate"]
     out = []
     for name in queries:
         padding = crop_flip_padding(name)
+        shift = _TRANSLATE.match(name)
         if (name == "mirror" and not mirror) or (
-                padding is not None and not (mirror and padding in paddings)):
+                padding is not None and not (mirror and padding in paddings)) or (
+                shift and (int(shift.group(2) or 1) > max(shifts, default=0)
+                           or (shift.group(1) and not mirror))):
             out.append(name)
     return out
 
@@ -214,9 +241,13 @@ def make_query(name: str, n_rows: int, kind: str, width: int = 0) -> QueryFn:
     padding = crop_flip_padding(name)
     if padding is not None:
         return _crop_flip(int(_CROP_FLIP.match(name).group(2)), n_rows, padding)
+    shift = _TRANSLATE.match(name)
+    if shift and int(shift.group(2) or 1) >= 1:
+        return _translate(int(shift.group(2) or 1), shift.group(3) == "dr", bool(shift.group(1)))
     raise ConfigError(
         f"unknown query '{name}'; known: plain, mirror, crop-flip-K (K an integer seed), "
-        "cropP-flip-K (P-pixel padding, P >= 1)."
+        "cropP-flip-K (P-pixel padding, P >= 1), translate-dr / translate-ul and their "
+        "mirror- forms (airbench94's test-time views; translateP-dr shifts P pixels)."
     )
 
 
@@ -247,7 +278,7 @@ def query_logits(
     """Logits float32 [M, len(rows), Q, C] of every model on every row under every query.
 
     ``precision``: each model's recipe's (one for all, or one per model): a ``bf16`` model is
-    queried under CUDA's bf16 autocast, as it trained (refused off CUDA); its logits come
+    queried under bf16 autocast, as it trained (refused where bf16 is not native); its logits come
     back float32 all the same.
 
     Each chunk of ``batch_size`` rows is transformed by each query once, on the CPU (the

@@ -21,6 +21,12 @@ Steps:
 * ``cutout`` (``size=8``, ``p=1.0``): with probability ``p``, zero a ``size`` x ``size``
   square (all channels) centred at a uniformly random pixel; it may run over the border, where
   it is clipped. ``size`` is pixels (int) or a fraction of ``min(H, W)`` (float in (0, 1]).
+* ``translate`` (``padding=2``): airbench94's random translation (Jordan 2024): reflect-pad
+  by ``padding`` on every side, then crop a random window of the original size.
+* ``alternating-flip``: airbench94's flip: each image is flipped in the first epoch with
+  probability 1/2 and in every later epoch exactly when it was not in the one before. It needs
+  each row's identity across epochs, so only the airbench94 trainer (its batches,
+  :mod:`miaudit.train.airbench`) applies it; other recipes are refused when training starts.
 * ``autoaugment``: the AutoAugment CIFAR-10 policy (Cubuk et al. 2019, all 25 sub-policies)
   from kornia, one sub-policy drawn per image. It expects pixels in [0, 1] and 1 or 3
   channels (1-channel images are repeated to 3 channels and averaged back).
@@ -45,7 +51,12 @@ AUGMENTATIONS: dict[str, dict[str, Any]] = {
     "mirror": {"p": 0.5},
     "cutout": {"size": 8, "p": 1.0},
     "autoaugment": {},
+    "translate": {"padding": 2},
+    "alternating-flip": {},
 }
+# Steps that need each row's identity across epochs, so no batch function can apply them: the
+# airbench94 trainer's batches do (miaudit.train.airbench).
+ROW_STEPS = ("alternating-flip",)
 
 
 def augment_seed(seed: int) -> int:
@@ -104,10 +115,10 @@ def _check_params(name: str, params: dict[str, Any]) -> None:
 
     if "p" in params and not 0.0 <= number("p") <= 1.0:
         raise ConfigError(f"{name}.p must lie in [0, 1], got {params['p']!r}.")
-    if name == "crop":
+    if name in ("crop", "translate"):
         pad = params["padding"]
         if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
-            raise ConfigError(f"crop.padding must be an integer >= 0, got {pad!r}.")
+            raise ConfigError(f"{name}.padding must be an integer >= 0, got {pad!r}.")
     if name == "cutout":
         size = params["size"]
         ok_int = isinstance(size, int) and not isinstance(size, bool) and size >= 1
@@ -152,13 +163,37 @@ def _check_image_shape(shape: tuple[int, ...], steps: list[tuple[str, dict[str, 
         )
     if any(name == "autoaugment" for name, _ in steps) and shape[0] not in (1, 3):
         raise ConfigError(f"autoaugment needs 1 or 3 channels, got {shape[0]}.")
+    pads = [p["padding"] for name, p in steps if name == "translate"]
+    if pads and max(pads) >= min(shape[1:]):  # reflect padding needs a pad under the side
+        raise ConfigError(f"translate.padding must be below the image side {min(shape[1:])}.")
 
 
-def _uniform(generator: torch.Generator, n: int, device: torch.device) -> torch.Tensor:
+class StackedGenerators:
+    """K models' generators for one batch of K equal slices, model after model (stacked
+    training): each draw of ``n`` values is ``n / K`` from each generator, concatenated, so
+    every model draws what it would draw alone. Only the steps that draw through
+    :func:`_uniform`/:func:`_randint` take it (not ``autoaugment``)."""
+
+    def __init__(self, generators: Sequence[torch.Generator]) -> None:
+        self.generators = list(generators)
+        self.device = self.generators[0].device
+
+    def draw(self, fn: Callable[[torch.Generator, int], torch.Tensor], n: int) -> torch.Tensor:
+        per = n // len(self.generators)
+        return torch.cat([fn(g, per) for g in self.generators])
+
+
+def _uniform(generator: torch.Generator | StackedGenerators, n: int, device: torch.device
+             ) -> torch.Tensor:  # fmt: skip
+    if isinstance(generator, StackedGenerators):
+        return generator.draw(lambda g, m: _uniform(g, m, g.device), n).to(device)
     return torch.rand(n, generator=generator, device=generator.device).to(device)
 
 
-def _randint(generator: torch.Generator, high: int, n: int, device: torch.device) -> torch.Tensor:
+def _randint(generator: torch.Generator | StackedGenerators, high: int, n: int,
+             device: torch.device) -> torch.Tensor:  # fmt: skip
+    if isinstance(generator, StackedGenerators):
+        return generator.draw(lambda g, m: _randint(g, high, m, g.device), n).to(device)
     return torch.randint(high, (n,), generator=generator, device=generator.device).to(device)
 
 
@@ -177,6 +212,29 @@ def _crop(padding: int) -> Augmentation:
         return out.permute(0, 3, 1, 2).contiguous()
 
     return crop
+
+
+def _translate(padding: int) -> Augmentation:
+    def translate(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        b, _, h, w = x.shape
+        padded = torch.nn.functional.pad(x, (padding,) * 4, mode="reflect")
+        dy = _randint(generator, 2 * padding + 1, b, x.device)
+        dx = _randint(generator, 2 * padding + 1, b, x.device)
+        # out[i, :, r, c] = padded[i, :, r + dy_i, c + dx_i]: a window of the original size
+        rows = torch.arange(h, device=x.device)[None, :] + dy[:, None]  # [B, H]
+        cols = torch.arange(w, device=x.device)[None, :] + dx[:, None]  # [B, W]
+        batch = torch.arange(b, device=x.device)[:, None, None]
+        out = padded[batch, :, rows[:, :, None], cols[:, None, :]]  # [B, H, W, C]
+        return out.permute(0, 3, 1, 2).contiguous()
+
+    return translate
+
+
+def _row_step() -> Augmentation:
+    raise ConfigError(
+        "augmentation 'alternating-flip' flips each row by epoch, which only the airbench94 "
+        "trainer's batches can do; use 'mirror' with other architectures."
+    )
 
 
 def _mirror(p: float) -> Augmentation:
@@ -241,4 +299,6 @@ _STEPS: dict[str, Callable[..., Augmentation]] = {
     "mirror": _mirror,
     "cutout": _cutout,
     "autoaugment": _autoaugment,
+    "translate": _translate,
+    "alternating-flip": _row_step,
 }

@@ -436,7 +436,8 @@ def training_document(models: Sequence[TrainedModel]) -> dict[str, Any]:
     """The ``training.json`` document of a run's models: per model (in the run's order) its
     cache key, where it trained (``node``: ``local``, a Ray node id, or ``cache`` for a model
     loaded from the cache), its device, training seconds (0 for a cache hit: nothing trained
-    in this run) and whether it came from the cache; with counts per node."""
+    in this run), whether it came from the cache and how many models trained with it as one
+    stacked model (``stack``: 1 alone; None for a cache hit); with counts per node."""
     rows = []
     for i, model in enumerate(models):
         hit = bool(model.from_cache)
@@ -448,6 +449,7 @@ def training_document(models: Sequence[TrainedModel]) -> dict[str, Any]:
             "device": model.device,
             "seconds": 0.0 if hit else float(model.train_seconds),
             "from_cache": hit,
+            "stack": None if hit else model.stack,
         })  # fmt: skip
     nodes: dict[str, int] = {}
     for row in rows:

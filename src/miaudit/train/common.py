@@ -54,6 +54,9 @@ class TrainedModel:
     node: str | None = None
     device: str | None = None
     cache_key: str | None = None  # its model cache entry, once stored or loaded
+    # How many models trained together with it as one stacked model (1: alone); None: not
+    # trained by this process's trainer (a cache hit, a checkpoint).
+    stack: int | None = None
 
 
 @dataclass(frozen=True)
@@ -76,9 +79,18 @@ def lr_at(recipe: Recipe, step: int, total_steps: int) -> float:
     """Learning rate of optimizer step ``step`` (0-based) out of ``total_steps``.
 
     ``cosine`` decays per step from ``recipe.lr`` at step 0 to 0 at ``total_steps``.
+    ``triangular`` is airbench94's (Jordan 2024): linear from 0.2 lr to lr over the first 23%
+    of the steps, then linear down to 0.07 lr at ``total_steps``.
     """
     if recipe.schedule == "constant" or total_steps <= 0:
         return recipe.lr
+    if recipe.schedule == "triangular":
+        warmup = int(total_steps * 0.23)
+        if step < warmup:
+            frac = step / warmup
+            return recipe.lr * (0.2 * (1 - frac) + 1.0 * frac)
+        frac = (step - warmup) / (total_steps - warmup)
+        return recipe.lr * (1.0 * (1 - frac) + 0.07 * frac)
     frac = min(max(step, 0), total_steps) / total_steps
     return recipe.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
 
@@ -126,9 +138,9 @@ def predict_logits(
     precision: str = "fp32",
 ) -> np.ndarray:
     """Logits float32 [N, C] of ``module`` (moved to ``device``) in eval mode, batched.
-    ``precision``: the model's recipe's (``bf16``: under CUDA's bf16 autocast, refused off
-    CUDA). Host batches go to a CUDA device pinned and without blocking; the logits of every
-    batch stay on the device until one copy back at the end."""
+    ``precision``: the model's recipe's (``bf16``: under bf16 autocast, refused where bf16
+    is not native). Host batches go to a CUDA device pinned and without blocking; the logits
+    of every batch stay on the device until one copy back at the end."""
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}.")
     device = torch.device(device)

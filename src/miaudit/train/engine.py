@@ -136,7 +136,7 @@ def run_epoch(
     for xb, yb in batches:
         lr = lr_at(recipe, step, total_steps)
         for group in strategy.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)  # a group may scale it (airbench94)
         strategy.step(xb if augment is None else augment(xb), yb)
         step += 1
         if step in keep:

@@ -5,10 +5,10 @@ initialisation and dropout (:func:`common.isolated_rng`), builds the model and r
 :func:`miaudit.train.engine.train_loop` with a :class:`PlainStrategy` over the engine's shuffled,
 index-sliced batches. A recipe with ``dp`` set goes to :mod:`miaudit.train.dp` instead.
 
-A recipe with ``precision: bf16`` runs each step's forward pass and loss under CUDA's bfloat16
+A recipe with ``precision: bf16`` runs each step's forward pass and loss under bfloat16
 autocast (:func:`miaudit.runtime.devices.autocast`; the backward and the optimizer step outside
-it, on float32 weights: bf16 has float32's range, so no gradient scaler is needed); on the CPU it
-is refused before any work. ``fp32`` runs no autocast at all.
+it, on float32 weights: bf16 has float32's range, so no gradient scaler is needed); on a CPU
+without native bfloat16 it is refused before any work. ``fp32`` runs no autocast at all.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ def _lm_loss(module: nn.Module, xb: torch.Tensor) -> torch.Tensor:
     from miaudit.models.text import lm_outputs, next_token_loss, trim_padding
 
     x = trim_padding(xb, module.pad_id)
-    # fp32: the loss from the hidden states a chunk of positions at a time (no [B, T, V]
-    # logits); under bf16 autocast, and for a model that cannot be taken apart, the logits'
-    parts = None if torch.is_autocast_enabled(x.device.type) else training_parts(module)
+    # the loss from the hidden states a chunk of positions at a time (no [B, T, V] logits),
+    # in fp32 and under bf16 autocast alike; for a model that cannot be taken apart, the logits'
+    parts = training_parts(module)
     if parts is not None:
         return chunked_next_token_loss(parts, x)
     logits, ids, pad = lm_outputs(module, x)
@@ -63,7 +63,7 @@ def _lm_loss(module: nn.Module, xb: torch.Tensor) -> torch.Tensor:
 class PlainStrategy:
     """One module, autograd's backward: mean cross-entropy on the labels (with the recipe's
     label smoothing), or a causal LM's next-token loss (labels unused). Forward and loss run
-    in the recipe's precision (``bf16``: CUDA autocast; refused here off CUDA)."""
+    in the recipe's precision (``bf16``: autocast; refused where bf16 is not native)."""
 
     models = 1
 
@@ -138,7 +138,15 @@ def train_model(
     names epochs/steps whose weights are kept in the result's ``snapshots`` ``{step: state}``.
     A recipe with ``dp`` set trains with DP-SGD (:func:`miaudit.train.dp.train_model_dp`).
     """
-    check_precision(recipe.precision, device)  # bf16 off CUDA fails before any work
+    check_precision(recipe.precision, device)  # bf16 without native support fails before any work
+    if recipe.architecture == "airbench94":  # its own method: whitening, lookahead (airbench)
+        from miaudit.train.airbench import train_model_airbench
+
+        return train_model_airbench(
+            recipe, features, labels, indices, seed, device, num_classes, progress,
+            on_epoch_end=on_epoch_end, desc=desc, num_threads=num_threads,
+            checkpoints=checkpoints,
+        )  # fmt: skip
     if recipe.dp is not None:
         _check_dp_supported(recipe)
         with cpu_threads(num_threads):

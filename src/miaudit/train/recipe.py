@@ -27,7 +27,7 @@ from miaudit.runtime.devices import DEFAULT_PRECISION, PRECISIONS
 from miaudit.train.augment import normalize_augmentation
 
 OPTIMIZERS = ("sgd", "adam")
-SCHEDULES = ("cosine", "constant")
+SCHEDULES = ("cosine", "constant", "triangular")  # triangular: airbench94's (common.lr_at)
 log = logging.getLogger(__name__)
 
 # Fields added after cache keys were in use, with the value that means "not used": left out of
@@ -37,6 +37,7 @@ KEY_NEUTRAL_FIELDS: dict[str, Any] = {
     "augment": (),
     "label_smoothing": 0.0,
     "precision": DEFAULT_PRECISION,
+    "epoch_fraction": 1.0,
 }
 # The same for architecture parameters: dropped from arch_params at that value (so
 # {"dropout": 0} and {} are one recipe).
@@ -165,10 +166,14 @@ class Recipe:
     augment: tuple = ()
     # Cross-entropy label smoothing in [0, 1) (F.cross_entropy's label_smoothing); 0: none.
     label_smoothing: float = 0.0
-    # "fp32", or "bf16": forward pass and loss under CUDA's bfloat16 autocast (weights, gradients
-    # and optimizer state stay float32; queries run under it too). CUDA only (refused on the CPU
-    # when training or querying starts, see miaudit.runtime.devices) and not with dp.
+    # "fp32", or "bf16": forward pass and loss under bfloat16 autocast (weights, gradients and
+    # optimizer state stay float32; queries run under it too). On CUDA, or a CPU with native
+    # bfloat16 (refused on other CPUs when training or querying starts, see
+    # miaudit.runtime.devices), and not with dp.
     precision: str = DEFAULT_PRECISION
+    # The share of the last epoch's steps that run: airbench94's 9.9 epochs are epochs 10,
+    # epoch_fraction 0.9 (ceil(0.9 * steps per epoch) steps in the last). airbench94 only.
+    epoch_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         # before coercion, so a NaN or zero learning rate is named with its fix
@@ -189,6 +194,10 @@ class Recipe:
             raise ConfigError("momentum and weight_decay must be >= 0.")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}.")
+        if not 0.0 < self.epoch_fraction <= 1.0 or (
+                self.epoch_fraction != 1.0 and self.architecture != "airbench94"):
+            raise ConfigError(f"epoch_fraction must be in (0, 1], and below 1 only for "
+                              f"airbench94 (its trainer runs it); got {self.epoch_fraction}.")
         if self.dp is not None:
             object.__setattr__(self, "dp", check_dp(self.dp))
         # Checked (ConfigError naming the valid steps) and spelled out with defaults, so

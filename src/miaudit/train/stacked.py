@@ -25,7 +25,9 @@ step is the written-out backward plus one optimizer step. Label smoothing enters
 written-out loss gradient; checkpoints are copied out of the stacked weights at the same steps
 as ``train_model`` copies them. Only architectures in
 :data:`STACKABLE` (``mlp``, any width, activations in :data:`ACTIVATIONS`, no dropout: its masks
-come from torch's global RNG in an order only autograd's loop reproduces) are stacked;
+come from torch's global RNG in an order only autograd's loop reproduces) are stacked
+here; the other image/tabular architectures (and ``mlp`` with dropout) stack through
+``torch.func`` (:mod:`miaudit.train.stacked_func`, equal up to float rounding), and
 :func:`train_groups` trains the rest one by one.
 """
 
@@ -47,6 +49,7 @@ from miaudit.train.engine import ShuffledBatches, train_loop
 from miaudit.train.loop import train_model
 from miaudit.train.recipe import Recipe
 from miaudit.train.rows import ArrayLike, as_device_tensor, check_indices
+from miaudit.train.stacked_func import can_stack_functional, train_stacked_functional
 
 STACKABLE = ("mlp",)
 _aten = torch.ops.aten
@@ -70,6 +73,12 @@ def can_stack(recipe: Recipe) -> bool:
         and recipe.arch_params.get("activation", "relu") in ACTIVATIONS
         and not recipe.arch_params.get("dropout", 0.0)
     )
+
+
+def stacks(recipe: Recipe) -> bool:
+    """True if ``recipe``'s models can train stacked by either path: the written-out backward
+    (:func:`can_stack`) or ``torch.func`` (``stacked_func.can_stack_functional``)."""
+    return can_stack(recipe) or can_stack_functional(recipe)
 
 
 class StackedMLP:
@@ -343,9 +352,10 @@ def train_groups(
     on_group: Callable[[list[int], list[TrainedModel]], None] | None = None,
     checkpoints: CheckpointSpec | None = None,
 ) -> list[TrainedModel]:
-    """Train each group of jobs in this process: stacked where the recipe stacks (even a
-    group of one: the written-out backward is faster than autograd), else one ``train_model``
-    call per job. Models in job order (None for jobs in no group).
+    """Train each group of jobs in this process: stacked where the recipe stacks (written-out
+    backward: even a group of one, it is faster than autograd; ``torch.func``: groups of two
+    or more), else one ``train_model`` call per job. Models in job order (None for jobs in no
+    group).
 
     ``on_group(group, models)`` runs as each group finishes, before the next one starts.
     ``progress``: each group's epoch bar (see :func:`train_stacked`, ``train_model``)."""
@@ -364,21 +374,19 @@ def train_groups(
                 checkpoints=checkpoints,
                 progress=progress,
             )
+        elif can_stack_functional(recipe) and len(group) > 1:
+            models = train_stacked_functional(
+                recipe, features, labels, [index_sets[j] for j in group],
+                [seeds[j] for j in group], device, num_classes, num_threads=num_threads,
+                checkpoints=checkpoints, progress=progress,
+            )  # fmt: skip
         else:
             models = [
                 train_model(
-                    recipe,
-                    features,
-                    labels,
-                    index_sets[j],
-                    seeds[j],
-                    device,
-                    num_classes,
-                    progress,
-                    desc=f"model {j + 1}/{len(seeds)}",
-                    num_threads=num_threads,
+                    recipe, features, labels, index_sets[j], seeds[j], device, num_classes,
+                    progress, desc=f"model {j + 1}/{len(seeds)}", num_threads=num_threads,
                     checkpoints=checkpoints,
-                )
+                )  # fmt: skip
                 for j in group
             ]
         for j, model in zip(group, models, strict=True):

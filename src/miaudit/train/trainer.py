@@ -11,6 +11,7 @@ module; the trainers themselves import only the layers below them (``common``, `
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 
@@ -20,7 +21,7 @@ from miaudit.errors import ConfigError
 from miaudit.runtime.devices import check_precision
 from miaudit.runtime.progress import progress_bar
 from miaudit.runtime.threads import cpu_threads  # noqa: F401  (re-exported)
-from miaudit.train import cluster, parallel, stacked
+from miaudit.train import cluster, parallel, stacked, stacked_func
 from miaudit.train.checkpoints import CheckpointSpec
 from miaudit.train.cluster import Compute
 from miaudit.train.common import (  # noqa: F401  (re-exported: trainer.TrainedModel, ...)
@@ -63,9 +64,26 @@ log = logging.getLogger(__name__)
 #                                                   (one model there: 3k, vs 91k on 1 thread)
 #   2 worker processes, 1 thread each, K=5 each     573-589k at load 1.6-1.9, 273-335k at
 #                                                   load 2.7-3.6: they share, never collapse
-# So on CPU: 1 intra-op thread per process, up to MAX_STACK models per stacked group, and one
+# So on CPU: 1 intra-op thread per process, up to CPU_STACK models per stacked group, and one
 # worker process per core once the work outweighs starting them (see parallel.py).
-MAX_STACK = 10
+CPU_STACK = 10
+# How many models one stacked group holds (``stack_size``), unless the caller names a number
+# (``max_stack``) or the environment does (STACK_ENV, e.g. MIAUDIT_STACK=16):
+# * the written-out mlp (``stacked.can_stack``) on a CPU: CPU_STACK, measured above;
+# * the torch.func architectures (CNNs, ResNet, mlp with dropout) on a CPU: 1, one by one as
+#   before. Not measured: a conv net's CPU step is arithmetic, not the Python overhead stacking
+#   saves, and a grouped convolution is not known to beat K plain ones there; the bench
+#   (bench/bench_stacked_cnn.py) measures both ways;
+# * on a CUDA GPU, either path: as many as fit GPU_MEMORY_SHARE of the free memory by a rough
+#   per-model estimate (``stacked_func.bytes_per_model``), at most GPU_MAX_STACK (where a
+#   step's launches are amortised; unmeasured). A Ray driver cannot see its workers' GPUs:
+#   for tasks given GPUs it assumes GPU_REMOTE_BYTES free (a 16 GiB card) by the same rule.
+AUTO_STACK = 0  # max_stack's default: the rule above
+MAX_STACK = AUTO_STACK
+STACK_ENV = "MIAUDIT_STACK"
+GPU_MAX_STACK = 64
+GPU_MEMORY_SHARE = 0.5
+GPU_REMOTE_BYTES = 16 * 2**30
 # Pretrained transformers are large matrix products (SmolLM2-135M: 135M parameters): trained
 # one at a time on the CPU, each takes torch's threads (every core, unless a study worker was
 # given fewer) as intra-op threads; the rule above is for small models.
@@ -82,6 +100,34 @@ def _worker_count(workers: int | None, on_cpu: bool, samples: int, models: int) 
     return int(workers) if on_cpu else 1
 
 
+def stack_size(recipe: Recipe, device: torch.device, input_shape: tuple[int, ...],
+               num_classes: int, max_stack: int = AUTO_STACK, *, gpu: bool | None = None,
+               ) -> int:  # fmt: skip
+    """Models per stacked group for ``recipe`` on ``device`` (the rule above): ``max_stack``
+    when given (>= 1), else the ``STACK_ENV`` variable's value when set, else by device.
+    ``gpu``: whether the models train on a GPU (``None``: ``device`` says)."""
+    if int(max_stack) != AUTO_STACK:
+        if int(max_stack) < 1:
+            raise ConfigError(f"max_stack must be >= 1 (0: chosen per device), got {max_stack}.")
+        return int(max_stack)
+    if not stacked.stacks(recipe):
+        return 1
+    env = os.environ.get(STACK_ENV, "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ConfigError(f"{STACK_ENV} must be a positive integer, got {env!r}.")
+        return int(env)
+    on_gpu = device.type == "cuda" if gpu is None else gpu
+    if not on_gpu:
+        return CPU_STACK if stacked.can_stack(recipe) else 1
+    if device.type == "cuda" and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info(device)
+    else:  # a Ray driver: the GPUs are the workers'
+        free = GPU_REMOTE_BYTES
+    per_model = stacked_func.bytes_per_model(recipe, input_shape, num_classes)
+    return max(1, min(GPU_MAX_STACK, int(free * GPU_MEMORY_SHARE) // per_model))
+
+
 def train_models(
     recipe: Recipe,
     features: ArrayLike,
@@ -94,19 +140,21 @@ def train_models(
     *,
     num_threads: int | None = None,
     workers: int | None = None,
-    max_stack: int = MAX_STACK,
+    max_stack: int = AUTO_STACK,
     checkpoints: CheckpointSpec | None = None,
     on_model: ModelCallback | None = None,
     compute: Compute | None = None,
 ) -> list[TrainedModel]:
     """Train one model per (index set, seed) pair: the same models as ``train_model`` calls.
 
-    Jobs with training sets of equal size are trained stacked, up to ``max_stack`` at a time,
-    when the architecture allows it (``mlp``; see :mod:`miaudit.train.stacked`); the rest one
-    by one. On CPU the groups fan out over ``workers`` processes (``None``:
+    Jobs with training sets of equal size are trained stacked, up to ``max_stack`` at a time
+    (``AUTO_STACK``, the default: :func:`stack_size` picks per device), when the recipe allows
+    it (``mlp`` with a written-out backward, the other image/tabular architectures through
+    ``torch.func``; see :mod:`miaudit.train.stacked`); the rest one by one. On CPU the
+    groups fan out over ``workers`` processes (``None``:
     ``parallel.default_workers``: one per usable core for a large job, else 1 = this
     process), each with ``num_threads`` intra-op threads (``None``: 1 on CPU, which measures
-    fastest, see ``MAX_STACK``; unchanged on a GPU). ``max_stack=1`` trains one model at a
+    fastest, see ``CPU_STACK``; unchanged on a GPU). ``max_stack=1`` trains one model at a
     time (still with the stacked path's written-out backward where it applies).
     ``checkpoints`` as for ``train_model`` (each model's ``snapshots``).
 
@@ -135,6 +183,7 @@ def train_models(
         for j, model in zip(group, models, strict=True):
             if model.node is None:  # trained in this process
                 model.node, model.device = "local", device.type
+            model.stack = len(group)  # training.json's stack
             results[j] = model
             if on_model is not None:
                 on_model(j, model)
@@ -165,7 +214,8 @@ def _train_here(
     n_classes = infer_num_classes(y) if num_classes is None else int(num_classes)
     sizes = [len(check_indices(i, len(x))) for i in index_sets]
     workers = _worker_count(workers, on_cpu, sum(sizes) * recipe.epochs, len(seeds))
-    groups = stacked.plan_groups(sizes, stacked.can_stack(recipe), max_stack, workers)
+    stack = stack_size(recipe, device, tuple(x.shape[1:]), n_classes, max_stack)
+    groups = stacked.plan_groups(sizes, stacked.stacks(recipe), stack, workers)
     threads = (1 if on_cpu else None) if num_threads is None else int(num_threads)
     if num_threads is None and on_cpu and recipe.architecture in LARGE_ARCHITECTURES:
         concurrent = workers if workers > 1 and len(groups) > 1 else 1
@@ -216,7 +266,9 @@ def _train_on_ray(
     threads = 1 if num_threads is None else int(num_threads)
     with cluster.ray_session(compute) as ray:
         slots = cluster.task_slots(ray, compute)
-        groups = stacked.plan_groups(sizes, stacked.can_stack(recipe), max_stack, slots)
+        stack = stack_size(recipe, device, tuple(x.shape[1:]), n_classes, max_stack,
+                           gpu=compute.gpus_per_model > 0)  # fmt: skip
+        groups = stacked.plan_groups(sizes, stacked.stacks(recipe), stack, slots)
         bar = progress_bar(len(seeds), f"training {len(seeds)} models on Ray", "model",
                            enabled=progress)  # fmt: skip
 
