@@ -16,13 +16,13 @@ Workload: synthetic CIFAR-sized data made here (nothing is downloaded): ``--rows
 mean something); each of ``--models`` reference models trains on a seeded random half.
 Measured, each after one untimed warm-up run (CUDA context, cuDNN's algorithm search):
 
-1. ``train``: the CNN (``--arch``), every model through ``trainer.train_models`` (one by one:
-   CNNs do not stack), fp32 vs ``precision: bf16`` (autocast); seconds, samples/s, the models'
-   mean last-epoch loss.
+1. ``train``: the CNN (``--arch``), every model through ``trainer.train_models`` one by one
+   (``max_stack=1``; stacked CNNs are ``bench/bench_stacked_cnn.py``'s), fp32 vs
+   ``precision: bf16`` (autocast); seconds, samples/s, the models' mean last-epoch loss.
 2. ``stack``: an MLP on the flattened images (3072 -> 256 relu -> 10, the stackable
    architecture), the same jobs through ``train_models`` with ``max_stack`` each of
    ``--stacks`` (1 = one model at a time through the stacked path's written-out backward), and
-   one by one through autograd (``train_model``). This is what ``trainer.MAX_STACK`` (10, set
+   one by one through autograd (``train_model``). This is what ``trainer.CPU_STACK`` (10, set
    on a CPU) should be on a GPU.
 3. ``query``: ``signals.query.query_logits`` of the trained CNNs on all rows under
    ``--queries`` queries (plain, mirror, crop-flip-K), all models at once (each chunk
@@ -93,9 +93,11 @@ def bench_train(
             batch_size=args.batch_size,
             precision=precision,
         )
-        train_models(recipe.replace(epochs=1), x, y, sets[:1], [999], device, 10, False)  # warm-up
+        train_models(recipe.replace(epochs=1), x, y, sets[:1], [999], device, 10, False,
+                     max_stack=1)  # warm-up
         seconds, models = timed(
-            lambda r=recipe: train_models(r, x, y, sets, list(range(len(sets))), device, 10, False),
+            lambda r=recipe: train_models(r, x, y, sets, list(range(len(sets))), device, 10,
+                                          False, max_stack=1),
             device,
         )
         trained[precision] = models
