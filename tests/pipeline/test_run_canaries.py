@@ -18,7 +18,10 @@ from miaudit.pipeline.canaries import canary_delta, check_canaries
 from miaudit.privacy import min_canaries, mu_array
 from miaudit.privacy.attack_bounds import correct_guesses, one_run_record
 from miaudit.privacy.audit_record import PrivacyAudit
-from miaudit.privacy.results import (
+from miaudit.privacy.sections import BOUND_WORDS, privacy_line
+from miaudit.protocol import make_design, make_split
+from miaudit.records.outcomes import AttackMetrics
+from miaudit.records.privacy import (
     CANARY_EPSILON_LOWER_BOUND,
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
     FDP_ONE_RUN,
@@ -26,9 +29,6 @@ from miaudit.privacy.results import (
     ONE_RUN,
     OneRunEpsilon,
 )
-from miaudit.privacy.sections import BOUND_WORDS, privacy_line
-from miaudit.protocol import make_design, make_split
-from miaudit.records.outcomes import AttackMetrics
 from miaudit.report import format_table
 from miaudit.signals import SignalBank
 

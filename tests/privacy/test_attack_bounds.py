@@ -16,9 +16,9 @@ from miaudit.pipeline import evaluate_bank
 from miaudit.privacy import attack_bounds as epsilon_module
 from miaudit.privacy import choose_threshold, epsilon_from_counts, split_halves
 from miaudit.privacy.attack_bounds import Halves, split_seed, threshold_record
-from miaudit.privacy.results import EPSILON_LOWER_BOUND, ThresholdEpsilon
 from miaudit.privacy.sections import privacy_line
 from miaudit.records.outcomes import AttackMetrics
+from miaudit.records.privacy import EPSILON_LOWER_BOUND, ThresholdEpsilon
 from miaudit.report import format_table
 from miaudit.report.html import render_html
 from miaudit.signals import SignalBank

@@ -19,13 +19,13 @@ from miaudit.privacy import (
     split_halves,
 )
 from miaudit.privacy.attack_bounds import Halves, gaussian_dp_record, split_seed
-from miaudit.privacy.results import (
+from miaudit.privacy.sections import privacy_line
+from miaudit.records.outcomes import AttackMetrics
+from miaudit.records.privacy import (
     EPSILON_LOWER_BOUND,
     GAUSSIAN_DP_LOWER_BOUND,
     ThresholdGaussianDP,
 )
-from miaudit.privacy.sections import privacy_line
-from miaudit.records.outcomes import AttackMetrics
 from miaudit.report import format_table
 from miaudit.report.table import build_table
 from miaudit.report.write import metrics_document

@@ -15,14 +15,14 @@ from miaudit.privacy import (
 )
 from miaudit.privacy.audit_record import BestBound, PrivacyAudit, PrivacySettings
 from miaudit.privacy.best_bound import privacy_audit
-from miaudit.privacy.results import (
+from miaudit.records.outcomes import AttackMetrics, AttackOutcome
+from miaudit.records.privacy import (
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
     FDP_ONE_RUN,
     GuessCandidate,
     OneRunEpsilon,
     ThresholdGaussianDP,
 )
-from miaudit.records.outcomes import AttackMetrics, AttackOutcome
 
 ALPHA, DELTA, M = 0.05, 1e-5, 1000
 

@@ -18,14 +18,14 @@ from miaudit.privacy.attack_bounds import (
     threshold_record,
 )
 from miaudit.privacy.audit_record import CanarySettings, Claim, PrivacyAudit, PrivacySettings
-from miaudit.privacy.results import (
+from miaudit.privacy.sections import privacy_line, privacy_section
+from miaudit.records.outcomes import AttackMetrics, AttackOutcome, AuditResult
+from miaudit.records.privacy import (
     EPSILON_LOWER_BOUND,
     FDP_ONE_RUN,
     GAUSSIAN_DP_LOWER_BOUND,
     ThresholdGaussianDP,
 )
-from miaudit.privacy.sections import privacy_line, privacy_section
-from miaudit.records.outcomes import AttackMetrics, AttackOutcome, AuditResult
 from miaudit.report import format_table
 from miaudit.report.html import render_html
 

@@ -17,13 +17,13 @@ import miaudit
 from miaudit.config import config_from_dict
 from miaudit.pipeline import run
 from miaudit.privacy.audit_record import PrivacyAudit
-from miaudit.privacy.results import FDP_ONE_RUN, ONE_RUN
 from miaudit.privacy.sections import (
     KNOWN_DATA_WORDS,
     THREAT_MODEL_WORDS,
     threat_model_words,
     white_box_lines,
 )
+from miaudit.records.privacy import FDP_ONE_RUN, ONE_RUN
 from miaudit.report import format_table
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

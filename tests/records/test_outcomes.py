@@ -16,7 +16,6 @@ import pytest
 from miaudit import metrics
 from miaudit.config import MetricsConfig
 from miaudit.pipeline import evaluate_bank
-from miaudit.privacy.results import EPSILON_LOWER_BOUND, GAUSSIAN_DP_LOWER_BOUND
 from miaudit.records.columns import (
     canonical_tpr_column,
     canonical_tpr_columns,
@@ -32,6 +31,7 @@ from miaudit.records.outcomes import (
     rate_key,
     read_metrics_entry,
 )
+from miaudit.records.privacy import EPSILON_LOWER_BOUND, GAUSSIAN_DP_LOWER_BOUND
 from miaudit.report import write_report
 from miaudit.report.write import metrics_document, read_metrics
 

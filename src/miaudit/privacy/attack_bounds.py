@@ -5,10 +5,10 @@
 target's DP-SGD δ, else ``metrics.epsilon_delta``), α, the seeded halves of the audit samples
 (τ is chosen on the selection half and counted on the other, never on the counted samples)
 and, with canaries, their inclusion, halves and the (k₊, k₋) guesses. ``plan.bounds(scores)``
-gives one attack's metrics entries (:mod:`miaudit.privacy.results`), vectorised by
+gives one attack's metrics entries (:mod:`miaudit.records.privacy`), vectorised by
 :mod:`miaudit.privacy`: the threshold ε bound and the μ-GDP bound (Nasr et al. 2023) of each
 set of halves, each with its own τ chosen on the same selection half, typed
-(:mod:`miaudit.privacy.results`). :func:`~miaudit.privacy.best_bound.privacy_audit` (importable
+(:mod:`miaudit.records.privacy`). :func:`~miaudit.privacy.best_bound.privacy_audit` (importable
 from here too) names the best ε bound of all attacks, every bound recounted at α / K (Bonferroni
 over the K bounds compared), so that the best holds at 1 − α, and the best μ bound the same
 way over the μ bounds.
@@ -45,7 +45,8 @@ from miaudit.privacy.audit_record import rests_on_proof as rests_on_proof
 from miaudit.privacy.best_bound import privacy_audit as privacy_audit  # importable from here
 from miaudit.privacy.bounds import best_threshold, count_at, epsilon_from_rates
 from miaudit.privacy.canaries import resolve_guesses
-from miaudit.privacy.results import (
+from miaudit.records.outcomes import BoundRecord
+from miaudit.records.privacy import (
     CANARY_EPSILON_LOWER_BOUND,
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
     EPSILON_LOWER_BOUND,
@@ -57,7 +58,6 @@ from miaudit.privacy.results import (
     ThresholdEpsilon,
     ThresholdGaussianDP,
 )
-from miaudit.records.outcomes import BoundRecord
 from miaudit.signals import SignalBank
 
 MODEL_FREE_REASON = ("a model-free attack: it never reads the model, so it bounds nothing "

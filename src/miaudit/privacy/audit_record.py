@@ -7,7 +7,7 @@ attacks and what it says of the claim, and the best μ-GDP bound.
 attacks' bounds; ``result.meta["privacy_audit"]`` holds it, the report words it
 (:mod:`miaudit.privacy.sections`) and summary.json's ``privacy_audit`` is its ``to_dict()``.
 :meth:`PrivacyAudit.from_dict` reads such a dict back, also one written before the claim's
-finding or the μ bounds were recorded. Like :mod:`miaudit.privacy.results`, the bounds'
+finding or the μ bounds were recorded. Like :mod:`miaudit.records.privacy`, the bounds'
 dataclasses are imported only when a dict is read: ``import miaudit`` stays free of scipy.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from miaudit.privacy.results import (
+from miaudit.records.privacy import (
     EPSILON_LOWER_BOUND,
     EVIDENCE_AGAINST,
     FDP_ONE_RUN,
@@ -137,7 +137,7 @@ class BestBound:
     """The best bound of a run: ``bound`` recounted at ``family_alpha`` / K over the K bounds
     compared (so it holds at 1 − ``family_alpha``), the ``attack`` that gave it and its
     ``kind`` (the metrics key: ``epsilon_lower_bound``, ``one_run``, ...; "bound" in JSON).
-    A best μ may also be of kind :data:`~miaudit.privacy.results.FDP_ONE_RUN`: the one-run
+    A best μ may also be of kind :data:`~miaudit.records.privacy.FDP_ONE_RUN`: the one-run
     f-DP bound (Mahloujifar, Melis & Chaudhuri 2025) of a one-run record's counts, which no
     attack records itself."""
 

@@ -27,7 +27,8 @@ from miaudit.privacy import (
     one_run_epsilon_from_counts,
 )
 from miaudit.privacy.audit_record import BestBound, PrivacyAudit, PrivacySettings, claim_finding
-from miaudit.privacy.results import (
+from miaudit.records.outcomes import AttackOutcome
+from miaudit.records.privacy import (
     CANARY_EPSILON_LOWER_BOUND,
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
     EPSILON_LOWER_BOUND,
@@ -36,7 +37,6 @@ from miaudit.privacy.results import (
     ONE_RUN,
     GuessCandidate,
 )
-from miaudit.records.outcomes import AttackOutcome
 
 __all__ = ["FDP_ONE_RUN", "privacy_audit"]
 
@@ -150,7 +150,7 @@ def privacy_audit(outcomes: Sequence[AttackOutcome], settings: PrivacySettings |
     own (both together at 1 − 2α); its ε is an estimate and refutes nothing. With
     ``fdp_one_run`` (the default), the μ family also counts every (k₊, k₋) candidate of each
     one-run record at δ > 0 as a test and offers its one-run f-DP bound (Mahloujifar, Melis &
-    Chaudhuri 2025; kind :data:`~miaudit.privacy.results.FDP_ONE_RUN`, which the report words
+    Chaudhuri 2025; kind :data:`~miaudit.records.privacy.FDP_ONE_RUN`, which the report words
     and :class:`~miaudit.privacy.audit_record.BestBound` reads back); ``False`` gives the μ
     family of runs before it (the threshold μ bounds alone). Model-free attacks have no
     bounds (``MODEL_FREE_REASON``), so they never count here."""

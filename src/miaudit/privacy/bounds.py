@@ -15,8 +15,6 @@ on the counted samples: :func:`epsilon_lower_bound` chooses it on a disjoint sel
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +29,7 @@ from miaudit.privacy._checks import (
     check_error_counts,
     check_scores,
 )
+from miaudit.records.bounds import EpsilonBound
 
 __all__ = [
     "EpsilonBound",
@@ -46,30 +45,6 @@ __all__ = [
 METHOD = "clopper-pearson threshold"
 
 
-@dataclass(frozen=True)
-class EpsilonBound:
-    """An ε lower bound and everything it rests on.
-
-    With probability at least 1 − ``alpha`` (over the counted samples), a mechanism with this
-    ``epsilon`` or less at ``delta`` would not have produced these counts: the mechanism is not
-    (ε', ``delta``)-DP for any ε' < ``epsilon``.
-    """
-
-    epsilon: float
-    method: str
-    alpha: float
-    delta: float
-    n_members: int
-    n_nonmembers: int
-    fp: int  # non-members with score >= threshold
-    fn: int  # members with score < threshold
-    fpr_upper: float
-    fnr_upper: float
-    threshold: float | None = None  # None: the counts were given, not measured
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain Python values in field order, for metrics.json."""
-        return dataclasses.asdict(self)
 
 
 def clopper_pearson_upper(k: ArrayLike, n: ArrayLike, level: float) -> np.ndarray | float:

@@ -24,10 +24,7 @@ bound, which needs rare events. Report it as such (``method = "gaussian-dp estim
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -41,6 +38,7 @@ from miaudit.privacy.bounds import (
     clopper_pearson_upper,
     count_at,
 )
+from miaudit.records.bounds import GaussianDPBound
 
 __all__ = [
     "GaussianDPBound",
@@ -55,27 +53,6 @@ __all__ = [
 METHOD = "gaussian-dp estimate"
 
 
-@dataclass(frozen=True)
-class GaussianDPBound:
-    """``mu``: a lower confidence bound on μ (1 − ``alpha``); ``epsilon``: the ε at ``delta``
-    of a μ-GDP mechanism with that μ (an estimate; module doc)."""
-
-    mu: float
-    epsilon: float
-    method: str
-    alpha: float
-    delta: float
-    n_members: int
-    n_nonmembers: int
-    fp: int
-    fn: int
-    fpr_upper: float
-    fnr_upper: float
-    threshold: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain Python values in field order, for metrics.json."""
-        return dataclasses.asdict(self)
 
 
 def gaussian_delta(epsilon: float, mu: float) -> float:

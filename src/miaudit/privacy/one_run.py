@@ -35,7 +35,6 @@ configuration to fix, not a result to report.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,6 +43,7 @@ from scipy import special
 
 from miaudit.errors import ConfigError
 from miaudit.privacy._checks import check_alpha, check_count, check_delta, check_scores
+from miaudit.records.bounds import OneRunBound
 
 __all__ = [
     "OneRunBound",
@@ -59,24 +59,6 @@ _CELLS = 2_000_000  # grid points x correct guesses evaluated at once (memory bo
 _MAX_CANARIES = 1 << 22  # the search for the canaries needed stops here
 
 
-@dataclass(frozen=True)
-class OneRunBound:
-    """A one-run ε lower bound: with probability ≥ 1 − ``alpha`` over which canaries were
-    included, the mechanism is not (ε', ``delta``)-DP for any ε' < ``epsilon``."""
-
-    epsilon: float
-    method: str
-    alpha: float
-    delta: float
-    m: int  # canaries
-    k_plus: int | None  # None: the counts were given, not the guesses
-    k_minus: int | None
-    guesses: int  # r = k₊ + k₋
-    correct: int  # v
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain Python values in field order, for metrics.json."""
-        return dataclasses.asdict(self)
 
 
 def _p_values(m: int, r: int, v: int, eps: np.ndarray, delta: float) -> np.ndarray:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from miaudit.formatting import fmt_epsilon
 from miaudit.privacy.audit_record import BestBound, GradientCanarySettings, PrivacyAudit
-from miaudit.privacy.results import (
+from miaudit.records.outcomes import AttackOutcome, AuditResult
+from miaudit.records.privacy import (
     CANARY_EPSILON_LOWER_BOUND,
     CANARY_GAUSSIAN_DP_LOWER_BOUND,
     EPSILON_KEYS,
@@ -29,7 +30,6 @@ from miaudit.privacy.results import (
     REFUTED,
     WITHHELD,
 )
-from miaudit.records.outcomes import AttackOutcome, AuditResult
 
 if TYPE_CHECKING:
     from miaudit.privacy import OneRunBound

@@ -41,7 +41,7 @@ from miaudit.privacy.gradient_canary_scores import (
     canary_scores,
     gradient_canary_audit,
 )
-from miaudit.privacy.results import FDP_ONE_RUN, ONE_RUN
+from miaudit.records.privacy import FDP_ONE_RUN, ONE_RUN
 from miaudit.train.gradient_canaries import GradientCanaryRecord
 
 # the "attack" a white-box best bound names: no attack scored it, the canaries' record did

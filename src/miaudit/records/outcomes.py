@@ -18,19 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from miaudit.privacy.results import (
+from miaudit.records.columns import AUC, COUNT_COLUMNS, ci_columns, tpr_column
+from miaudit.records.privacy import (
     EPSILON_KEYS,
     EPSILON_TYPES,
     OneRunEpsilon,
     ThresholdEpsilon,
     ThresholdGaussianDP,
 )
-from miaudit.records.columns import AUC, COUNT_COLUMNS, ci_columns, tpr_column
 
 if TYPE_CHECKING:  # pandas is imported only by to_frame: `import miaudit` stays cheap
     import pandas as pd
 
-# an attack's privacy bound as its metrics hold it (miaudit.privacy.results)
+# an attack's privacy bound as its metrics hold it (miaudit.records.privacy)
 BoundRecord = ThresholdEpsilon | ThresholdGaussianDP | OneRunEpsilon
 
 
@@ -94,7 +94,7 @@ class AttackMetrics:
     precision_at_recall: tuple[PrecisionAtRecall, ...] = ()
     balanced_accuracy: float | None = None  # at `threshold`, chosen on public data only
     threshold: float | None = None
-    # ε and μ-GDP lower bounds (miaudit.privacy.results; None: the dict has none, e.g. from
+    # ε and μ-GDP lower bounds (miaudit.records.privacy; None: the dict has none, e.g. from
     # evaluate)
     epsilon_lower_bound: ThresholdEpsilon | None = None
     gaussian_dp_lower_bound: ThresholdGaussianDP | None = None
@@ -168,7 +168,7 @@ class AttackMetrics:
 
     def with_bounds(self, bounds: Mapping[str, BoundRecord]) -> AttackMetrics:
         """These metrics with the privacy bounds ``bounds`` (keyed by
-        :data:`~miaudit.privacy.results.EPSILON_KEYS`), as a new record."""
+        :data:`~miaudit.records.privacy.EPSILON_KEYS`), as a new record."""
         unknown = sorted(set(bounds) - set(EPSILON_KEYS))
         if unknown:
             raise KeyError(f"not privacy bounds: {unknown}; known: {list(EPSILON_KEYS)}")

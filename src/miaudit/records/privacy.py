@@ -11,18 +11,18 @@ that :mod:`miaudit.privacy.attack_bounds` writes (docs/algorithms.md §16).
 
 Each is ``{**bound.to_dict(), ...what it rests on}``, or ``{"epsilon": None, "reason": ...}``
 (``{"mu": None, ...}`` for a Gaussian-DP entry) when there is no bound. ``from_dict(d).to_dict()
-== d`` (same keys, order and values). The :mod:`miaudit.privacy` dataclasses are imported only
-when a bound is read: ``import miaudit`` stays free of scipy.
+== d`` (same keys, order and values). The bounds' value types are :mod:`miaudit.records.bounds`'
+(no scipy: ``import miaudit`` stays free of it).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-if TYPE_CHECKING:
-    from miaudit.privacy import EpsilonBound, GaussianDPBound, OneRunBound
+from miaudit.records import bounds
+from miaudit.records.bounds import EpsilonBound, GaussianDPBound, OneRunBound
 
 # The metrics-dict keys (and to_frame's metric names), spelled here only, in the order
 # the pipeline writes them.
@@ -70,14 +70,12 @@ class _HalvesRecord:
     reason: str | None = None
 
     HEADLINE: ClassVar[str] = "epsilon"  # the bound's field the dict sets None when no bound
-    # The bound's dataclass in miaudit.privacy, by name: imported only when a dict is read.
+    # The bound's dataclass in miaudit.records.bounds, by name
     BOUND_TYPE: ClassVar[str] = "EpsilonBound"
 
     @classmethod
     def _bound_type(cls) -> type:
-        import miaudit.privacy
-
-        found: type = getattr(miaudit.privacy, cls.BOUND_TYPE)
+        found: type = getattr(bounds, cls.BOUND_TYPE)
         return found
 
     @property
@@ -172,8 +170,6 @@ class OneRunEpsilon:
     def from_dict(cls, data: dict[str, Any]) -> OneRunEpsilon:
         if data.get("epsilon") is None:
             return cls(None, reason=data.get("reason"))
-        from miaudit.privacy import OneRunBound
-
         return cls(OneRunBound(**_fields(OneRunBound, data)),
                    candidates=tuple(GuessCandidate(**c) for c in data.get("candidates") or ()),
                    family_alpha=data.get("family_alpha"), included=data.get("included"),
