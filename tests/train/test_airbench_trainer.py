@@ -230,6 +230,16 @@ def test_it_trains_and_the_whitening_bias_only_for_three_epochs():
     assert model.module.whiten.bias.requires_grad  # as built, like a model from the cache
 
 
+def test_samples_per_second_counts_the_samples_seen():
+    """Whole batches over epochs - 1 + epoch_fraction epochs, not n_train x epochs."""
+    x, y = synthetic(100)
+    recipe = airbench94_recipe(batch_size=32, epochs=2, epoch_fraction=0.5, arch_params=SMALL)
+    model = train_model(recipe, x, y, np.arange(100), 0, progress=False)
+    per_epoch, total = airbench_steps(recipe, 100)
+    assert (per_epoch, total) == (3, 5)  # 100 // 32; ceil(3 x 1.5)
+    assert model.samples_per_second * model.train_seconds == pytest.approx(total * 32)
+
+
 def test_cache_key_and_reload(tmp_path):
     x, y = synthetic(128)
     recipe = airbench94_recipe(batch_size=32, epochs=2, epoch_fraction=0.5, arch_params=SMALL)

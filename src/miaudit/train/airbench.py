@@ -33,6 +33,7 @@ times the batch size, and the weight decay theirs divided by it: the same steps 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Iterator
@@ -276,7 +277,11 @@ def train_model_airbench(
         strategy = AirbenchStrategy(module, optimizer, recipe, device, total, lookahead)
         result = _train(strategy, batches, recipe, per_epoch, total, device, augment,
                         on_epoch_end, progress, desc)  # fmt: skip
-    return result.model(0, module, recipe, seed, n_train, rows.n_classes, input_shape)
+    model = result.model(0, module, recipe, seed, n_train, rows.n_classes, input_shape)
+    # the samples it saw: whole batches over 9.9 epochs, not n_train x epochs
+    seen = total * recipe.batch_size
+    return dataclasses.replace(model, samples_per_second=(
+        seen / model.train_seconds if model.train_seconds > 0 else float("inf")))
 
 
 def _train(strategy: AirbenchStrategy, batches: AirbenchBatches, recipe: Recipe,
