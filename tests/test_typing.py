@@ -29,8 +29,8 @@ PUBLIC = ("src/miaudit/__init__.py", "src/miaudit/api.py", "src/miaudit/registry
           "src/miaudit/verdict/__init__.py", "src/miaudit/verdict/records.py",
           "src/miaudit/verdict/strength.py", "src/miaudit/verdict/headline.py",
           "src/miaudit/verdict/release.py", "src/miaudit/records/privacy.py",
-          "src/miaudit/records/bounds.py", "src/miaudit/privacy/audit_record.py", "src/miaudit/privacy/best_bound.py",
-          "src/miaudit/privacy/attack_bounds.py")
+          "src/miaudit/records/bounds.py", "src/miaudit/privacy/audit_record.py",
+          "src/miaudit/privacy/best_bound.py", "src/miaudit/privacy/attack_bounds.py")
 # a call missing its required `data` argument: mypy must say so
 PROBE = "import miaudit\n\nmiaudit.audit(model='outputs.npz')\n"
 PROBE_ERROR = 'error: Missing positional argument "data" in call to "audit"'

@@ -27,8 +27,9 @@ def _suggest(word: str, choices: Sequence[str]) -> str:
 def check_canaries_section(canaries: CanariesConfig | None, design: str) -> CanariesConfig:
     """``canaries``: a count >= 0, a registered kind, guesses that fit the count, and a design
     that supports them (whether m can certify ε > 0 at all is checked with the recipe's δ in
-    miaudit.privacy.run_canaries, before training)."""
-    from miaudit.privacy.canaries import canary_kind, resolve_guesses
+    miaudit.pipeline.canaries, before training)."""
+    from miaudit.privacy.canaries import canary_kind, canary_kind_names, resolve_guesses
+    from miaudit.privacy.secrets import secret_format_names
     from miaudit.protocol import supports_canaries
 
     if canaries is None:  # `canaries:` left empty in the YAML
@@ -37,11 +38,19 @@ def check_canaries_section(canaries: CanariesConfig | None, design: str) -> Cana
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ConfigError(f"canaries.count must be an integer >= 0 (0: no canaries); "
                           f"got {count!r}.")
+    names = {"kind": canary_kind_names, "secret_format": secret_format_names}
+    for key, listed in names.items():  # registry names (a list or mapping: unhashable there)
+        if not isinstance(getattr(canaries, key), str):
+            raise ConfigError(f"canaries.{key} must be one of {', '.join(listed())}; got "
+                              f"{getattr(canaries, key)!r}.")
     kind = canary_kind(canaries.kind)
     if kind.secret_texts:
         from miaudit.privacy.secrets import secret_format
 
-        space = secret_format(canaries.secret_format).space_size
+        try:
+            space = secret_format(canaries.secret_format).space_size
+        except ConfigError as exc:  # the registry's message, with the key it came from
+            raise ConfigError(f"canaries.secret_format: {exc}") from exc
         if count > space:
             raise ConfigError(f"canaries.count {count} exceeds the {space:,} distinct secrets "
                               f"of canaries.secret_format {canaries.secret_format!r}.")
@@ -93,8 +102,6 @@ def _check_gradient_options(c: CanariesConfig, white_box: bool) -> None:
     """The gradient canaries' own keys: given only with ``kind: gradient``, each one of its
     choices (those of :class:`~miaudit.train.gradient_canaries.GradientCanaries` and of
     :func:`~miaudit.privacy.gradient_canary_scores.canary_scores`)."""
-    from miaudit.train.gradient_canaries import COORDINATES, KINDS
-
     defaults = CanariesConfig()
     keys = ("direction", "coordinates", "probe_rows", "score", "threat_models", "known_data",
             "noise")
@@ -104,6 +111,8 @@ def _check_gradient_options(c: CanariesConfig, white_box: bool) -> None:
             raise ConfigError(f"canaries.{given[0]} is an option of gradient canaries: set "
                               f"canaries.kind: gradient (a DP-SGD target) or remove it.")
         return
+    from miaudit.train.gradient_canaries import COORDINATES, KINDS  # torch: gradient only
+
     choices = {"direction": KINDS, "coordinates": COORDINATES, "score": WHITE_BOX_SCORES,
                "noise": WHITE_BOX_NOISE}
     for key, allowed in choices.items():

@@ -83,7 +83,6 @@ def run_plan(cfg: Any, target: Any, reference: Any, augment: Any = None,
     recipe's ``augment`` as the config gives it (what ``signals.queries: auto`` replays) and,
     when known, the loaded dataset's ``kind`` (default: :func:`dataset_kind`)."""
     from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
-    from miaudit.signals.sequence import RECALL_PREFIX_TEXTS
 
     if kind is None:
         kind = dataset_kind(cfg.dataset.name, cfg.dataset.options, cfg.data_dir)
@@ -92,6 +91,11 @@ def run_plan(cfg: Any, target: Any, reference: Any, augment: Any = None,
     attacks = list(cfg.attacks)
     wanted = [get_attack(a).needs for a in attacks]
     lm = target.architecture in CAUSAL_LM_ARCHITECTURES
+    recall_texts = 0  # ReCaLL's prefix texts: a causal LM's only (signals.sequence: torch)
+    if lm:
+        from miaudit.signals.sequence import RECALL_PREFIX_TEXTS
+
+        recall_texts = RECALL_PREFIX_TEXTS
     data = "sequence" if lm and kind in ("text", None) else kind
     bases = {r.arch_params.get("base_model") for r in (target, reference)}
     base = bases.pop() if len(bases) == 1 else None
@@ -100,7 +104,7 @@ def run_plan(cfg: Any, target: Any, reference: Any, augment: Any = None,
     if prefix and population is None:
         prefix = None  # a fraction: its count is known with the dataset's size
     elif prefix:
-        prefix = population is not None and population >= RECALL_PREFIX_TEXTS
+        prefix = population is not None and population >= recall_texts
     channels: frozenset[str] = frozenset()
     if not lm:
         on = {"grad_norm": resolve_grad_norm(cfg.signals.grad_norm, attacks),
@@ -132,7 +136,7 @@ def run_plan(cfg: Any, target: Any, reference: Any, augment: Any = None,
         token_ids=lm and any(n.token_ids for n in wanted),
     )
     return _with_explain(plan, cfg, target, bool(augment), lm, base, population,
-                         RECALL_PREFIX_TEXTS)
+                         recall_texts)
 
 
 def _with_explain(plan: BankPlan, cfg: Any, target: Any, augmented: bool, lm: bool,

@@ -27,6 +27,12 @@ from typing import Any
 import yaml
 
 from miaudit.config.canaries import check_canaries_section
+from miaudit.config.section_checks import (
+    check_forgetting,
+    check_split_members,
+    check_split_sizes,
+    whole,
+)
 from miaudit.config.sections import (
     DEFAULT_ATTACKS,
     CanariesConfig,
@@ -39,7 +45,8 @@ from miaudit.config.sections import (
     SplitConfig,
     compute_section,
 )
-from miaudit.errors import ConfigError
+from miaudit.config.typecheck import check_field_types
+from miaudit.errors import AttackError, ConfigError, ParamError
 from miaudit.records.run_dir import check_run_name
 
 # Keys renamed in this release: old dotted key -> new one. The old spelling still works for one
@@ -187,8 +194,11 @@ def _check_types(cfg: RunConfig) -> None:
          "target is the index of the model attacked: set it in that range or raise models.")
     from miaudit.protocol import design_spec
 
+    need(isinstance(cfg.design, str), f"design must be the name of a design (e.g. offline, "
+         f"online, paired-halves); got {cfg.design!r}.")
     design_spec(cfg.design)  # an unknown design: its registry's message, with did-you-mean
-    _check_split_members(cfg)
+    check_split_sizes(cfg)
+    check_split_members(cfg)
     cfg.canaries = check_canaries_section(cfg.canaries, cfg.design)
     _check_attacks(cfg)  # first of the sections that name things: it needs no torch
     from miaudit.models.text import TOKENIZERS
@@ -196,22 +206,32 @@ def _check_types(cfg: RunConfig) -> None:
     need(cfg.dataset.tokenizer in TOKENIZERS,
          f"dataset.tokenizer must be one of {', '.join(TOKENIZERS)}; "
          f"got {cfg.dataset.tokenizer!r}.")
-    need(isinstance(cfg.dataset.bpe_vocab_size, int) and cfg.dataset.bpe_vocab_size >= 300,
+    need(whole(cfg.dataset.bpe_vocab_size) and cfg.dataset.bpe_vocab_size >= 300,
          "dataset.bpe_vocab_size must be an integer >= 300 (the 256 bytes, the special tokens "
-         "and some merges).")
+         f"and some merges); got {cfg.dataset.bpe_vocab_size!r}.")
+    need(whole(cfg.dataset.max_length) and cfg.dataset.max_length >= 2,
+         f"dataset.max_length must be an integer >= 2 (tokens per text, longer ones cut); got "
+         f"{cfg.dataset.max_length!r}.")
+    need(whole(cfg.signals.batch_size) and cfg.signals.batch_size >= 1,
+         f"signals.batch_size must be an integer >= 1 (samples per query batch); got "
+         f"{cfg.signals.batch_size!r}.")
     _check_recipes(cfg)
     from miaudit.train.checkpoints import CheckpointSpec  # checks the positions
 
     if cfg.checkpoints is None:  # `checkpoints:` left empty in the YAML
         cfg.checkpoints = CheckpointsConfig()
+    for key in ("epochs", "steps"):  # `epochs:` left empty: none, as CheckpointSpec reads it
+        if getattr(cfg.checkpoints, key) is None:
+            setattr(cfg.checkpoints, key, [])
 
     CheckpointSpec(cfg.checkpoints.epochs, cfg.checkpoints.steps)
     check_white_box_target(cfg)
     need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
          f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
     need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
-    _check_forgetting(cfg)
+    check_forgetting(cfg)
     cfg.compute = compute_section(cfg.compute)
+    check_field_types(cfg)  # the backstop: every field of its annotated type
     check_attacks_fit(cfg)  # last: it reads the recipes, the split and the signals checked
 
 
@@ -223,7 +243,10 @@ def _check_attacks(cfg: RunConfig) -> None:
     from miaudit.attacks.registry import check_attack_params, get_attack
 
     for name in cfg.attacks:
-        get_attack(name)  # an unknown name, with did-you-mean
+        try:
+            get_attack(name)  # an unknown name, with did-you-mean
+        except AttackError as exc:  # a config error too (ParamError is both), named by its key
+            raise ParamError(f"attacks: {exc}") from exc
     if not isinstance(cfg.attack_params, dict):
         raise ConfigError("attack_params must map attack names to mappings.")
     check_attack_params(cfg.attack_params, selected=cfg.attacks)
@@ -236,11 +259,7 @@ def check_attacks_fit(cfg: RunConfig, kind: str | None = None) -> None:
     skipped). ``kind``: the dataset's kind once loaded (:func:`run_bank_plan`)."""
     from miaudit.attacks.fit import check_fit
 
-    try:
-        recipes = planned_recipes(cfg)
-    except ConfigError:  # a recipe field that makes no Recipe: the run refuses it itself
-        return  # (pipeline.models.resolve_recipes), before this check and any work
-    check_fit(cfg.attacks, run_bank_plan(cfg, kind, recipes))
+    check_fit(cfg.attacks, run_bank_plan(cfg, kind, planned_recipes(cfg)))
 
 
 def run_bank_plan(cfg: RunConfig, kind: str | None = None,
@@ -273,29 +292,6 @@ def planned_recipes(cfg: RunConfig) -> tuple[Any, Any]:
         ref, f"recipes.{cfg.reference_recipe}" if named else "reference_recipe")
 
 
-def _check_split_members(cfg: RunConfig) -> None:
-    """``split.members``: None, a count >= 1 or a fraction in (0, 1), offline design only
-    (its size against the audit pool is checked with the dataset, in protocol.make_design)."""
-    if cfg.split is None:  # `split:` left empty in the YAML
-        cfg.split = SplitConfig()
-    members = cfg.split.members
-    if members is None:
-        return
-    count = isinstance(members, int) and not isinstance(members, bool) and members >= 1
-    fraction = isinstance(members, float) and 0 < members < 1
-    if not (count or fraction):
-        raise ConfigError(f"split.members must be a count (integer >= 1) or a fraction in "
-                          f"(0, 1) of the audit pool; got {members!r}.")
-    if cfg.design != "offline":
-        raise ConfigError("split.members applies to the offline design (the target's training "
-                          "rows); remove it or set design: offline.")
-    audit = cfg.split.audit
-    if count and isinstance(audit, int) and members >= audit:
-        raise ConfigError(f"split.members ({members}) must be smaller than split.audit "
-                          f"({audit}): the audit rows the target does not train on are the "
-                          "non-members.")
-
-
 def check_white_box_target(cfg: RunConfig) -> None:
     """Gradient canaries enter DP-SGD's steps: the target's recipe must have ``dp``, and its
     run keeps no checkpoints (their models would need the canaries' record of each)."""
@@ -318,28 +314,11 @@ def _suggest(word: str, choices: list[str]) -> str:
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
-def _check_forgetting(cfg: RunConfig) -> None:
-    """``forgetting``: a count of copies >= 0, and the copies' training, epochs (always given)
-    and, when set, lr and batch_size, by the recipe's rule (miaudit.train.recipe's
-    check_trainable)."""
-    from miaudit.train.recipe import check_trainable
-
-    if cfg.forgetting is None:  # `forgetting:` left empty in the YAML
-        cfg.forgetting = ForgettingConfig()
-    forgetting = cfg.forgetting
-    models = forgetting.models
-    if isinstance(models, bool) or not isinstance(models, int) or models < 0:
-        raise ConfigError(f"forgetting.models must be an integer >= 0 (0: off); got {models!r}.")
-    fields = {"epochs": forgetting.epochs, "lr": forgetting.lr,
-              "batch_size": forgetting.batch_size}
-    check_trainable({k: v for k, v in fields.items() if v is not None}, "forgetting")
-
-
 def _check_recipes(cfg: RunConfig) -> None:
     """``recipes`` maps names to mappings; ``recipe`` and ``reference_recipe`` are mappings or
-    names that exist (ConfigError with a suggestion otherwise); every mapping's epochs,
-    batch_size and lr can train (the recipe's own rule, with the key's place in the config)."""
-    from miaudit.train.recipe import check_trainable
+    names that exist (ConfigError with a suggestion otherwise); every mapping makes a Recipe
+    (its own rules, a bad field named by its place in the config: recipe.lr, ...)."""
+    from miaudit.train.recipe import Recipe
 
     if not isinstance(cfg.recipes, dict):
         raise ConfigError("recipes must map recipe names to mappings of recipe fields.")
@@ -351,10 +330,10 @@ def _check_recipes(cfg: RunConfig) -> None:
             )
         if not isinstance(fields, dict):
             raise ConfigError(f"recipes.{name} must be a mapping of recipe fields.")
-        check_trainable(fields, f"recipes.{name}")
+        Recipe.from_dict(fields, f"recipes.{name}")  # each field, named by its place
     for where in ("recipe", "reference_recipe"):
         if isinstance(getattr(cfg, where), dict):
-            check_trainable(getattr(cfg, where), where)
+            Recipe.from_dict(getattr(cfg, where), where)
     names = list(cfg.recipes)
     if isinstance(cfg.recipe, str):
         if cfg.recipe not in cfg.recipes:

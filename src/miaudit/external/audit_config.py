@@ -37,6 +37,8 @@ from miaudit.config import (
     resolve_grad_norm,
     resolve_queries,
 )
+from miaudit.config.section_checks import whole
+from miaudit.config.typecheck import check_field_types
 from miaudit.errors import ConfigError
 from miaudit.records.run_dir import check_run_name
 
@@ -273,24 +275,30 @@ def _check(cfg: AuditConfig) -> None:
          "which rows are non-members).")
     need(isinstance(cfg.public.population, (int, float)) and 0 <= cfg.public.population < 1,
          "public.population must be a fraction in [0, 1).")
-    need(isinstance(cfg.references.models, int) and cfg.references.models >= 0,
-         "references.models must be an integer >= 0.")
+    need(whole(cfg.references.models) and cfg.references.models >= 0,
+         f"references.models must be an integer >= 0 (0: threshold attacks only); got "
+         f"{cfg.references.models!r}.")
     need(isinstance(cfg.references.allow_fewer_rows, bool),
          "references.allow_fewer_rows must be true or false.")
     need(cfg.references.recipe is None or isinstance(cfg.references.recipe, dict),
          "references.recipe must be a mapping of recipe fields (epochs, lr, ...).")
     if cfg.references.recipe is not None:  # before the model loads or a reference trains
-        from miaudit.train.recipe import check_trainable
+        from miaudit.train.recipe import check_fields
 
-        check_trainable(cfg.references.recipe, "references.recipe")
+        check_fields(cfg.references.recipe, "references.recipe")  # the architecture's: later
     need(isinstance(cfg.seed, int) and not isinstance(cfg.seed, bool) and cfg.seed >= 0,
          f"seed must be an integer >= 0 (it seeds numpy's generators); got {cfg.seed!r}.")
-    need(isinstance(cfg.exposed, int) and cfg.exposed >= 1, "exposed must be an integer >= 1.")
+    need(whole(cfg.exposed) and cfg.exposed >= 1,
+         f"exposed must be an integer >= 1 (training samples in the exposure ranking); got "
+         f"{cfg.exposed!r}.")
     need(cfg.attacks is None or (isinstance(cfg.attacks, list)
                                  and all(isinstance(a, str) for a in cfg.attacks)),
          "attacks must be a list of attack names (see `miaudit attacks`).")
     if cfg.signals is None:  # `signals:` left empty in the YAML
         cfg.signals = SignalsSection()
+    need(whole(cfg.signals.batch_size) and cfg.signals.batch_size >= 1,
+         f"signals.batch_size must be an integer >= 1 (samples per query batch); got "
+         f"{cfg.signals.batch_size!r}.")
     if m.augment is not None:  # before the model loads
         from miaudit.train.augment import normalize_augmentation
 
@@ -312,6 +320,7 @@ def _check(cfg: AuditConfig) -> None:
 
     check_attack_params(cfg.attack_params, selected=cfg.attacks)
     cfg.compute = compute_section(cfg.compute)
+    check_field_types(cfg)  # the backstop: every field of its annotated type
 
 
 def _check_claim(m: ModelSection) -> None:

@@ -18,10 +18,12 @@ unchanged (and does nothing special) on a CPU-only machine:
 from __future__ import annotations
 
 import contextlib
-
-import torch
+from typing import TYPE_CHECKING
 
 from miaudit.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported by the functions that use it: checking a config (its
+    import torch  # PRECISIONS) loads no torch
 
 # A recipe's compute precision: float32 throughout, or the forward pass and loss under
 # bfloat16 autocast (weights, gradients and optimizer state stay float32).
@@ -35,6 +37,8 @@ def native_bf16(device: str | torch.device) -> bool:
     """Whether ``device`` computes bfloat16 natively: any CUDA device, or a CPU with AVX-512
     BF16 or AMX tiles (oneDNN's bf16 kernels; elsewhere torch emulates bf16, slower than
     float32)."""
+    import torch
+
     if is_cuda(device):
         return True
     if torch.device(device).type != "cpu" or not torch.backends.mkldnn.is_available():
@@ -45,6 +49,8 @@ def native_bf16(device: str | torch.device) -> bool:
 def resolve_device(name: str) -> str:
     """``auto``: ``cuda`` when a CUDA device is available, else ``cpu``; ``cuda[:N]`` is refused
     (ConfigError) when none is; any other name is returned as given."""
+    import torch
+
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -57,12 +63,16 @@ def resolve_device(name: str) -> str:
 
 def is_cuda(device: str | torch.device) -> bool:
     """Whether ``device`` names a CUDA device (``cuda``, ``cuda:1``, ...)."""
+    import torch
+
     return torch.device(device).type == "cuda"
 
 
 def pins_for(tensor: torch.Tensor, device: str | torch.device) -> bool:
     """Whether :func:`to_device` copies ``tensor`` to ``device`` from pinned memory, without
     blocking: a host tensor going to a CUDA device, with CUDA available."""
+    import torch
+
     return tensor.device.type == "cpu" and is_cuda(device) and torch.cuda.is_available()
 
 
@@ -88,6 +98,8 @@ def check_precision(precision: str, device: str | torch.device) -> None:
             f"precision {precision!r} is unknown; use one of {', '.join(PRECISIONS)}."
         )
     if precision == "bf16" and not native_bf16(device):
+        import torch
+
         raise ConfigError(f"precision bf16 on device '{torch.device(device)}': {BF16_NOT_NATIVE}.")
 
 
@@ -98,4 +110,6 @@ def autocast(device: str | torch.device, precision: str) -> contextlib.AbstractC
     check_precision(precision, device)
     if precision == DEFAULT_PRECISION:
         return contextlib.nullcontext()
+    import torch
+
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)

@@ -36,14 +36,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from miaudit.errors import ConfigError
 
-Augmentation = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
+if TYPE_CHECKING:  # torch is imported where a step is built or draws: checking a recipe's
+    import torch  # augment (parse_augmentation) loads no torch
+
+Augmentation = Callable[["torch.Tensor", "torch.Generator"], "torch.Tensor"]
 
 # name -> {parameter: default}
 AUGMENTATIONS: dict[str, dict[str, Any]] = {
@@ -179,12 +181,16 @@ class StackedGenerators:
         self.device = self.generators[0].device
 
     def draw(self, fn: Callable[[torch.Generator, int], torch.Tensor], n: int) -> torch.Tensor:
+        import torch
+
         per = n // len(self.generators)
         return torch.cat([fn(g, per) for g in self.generators])
 
 
 def _uniform(generator: torch.Generator | StackedGenerators, n: int, device: torch.device
              ) -> torch.Tensor:  # fmt: skip
+    import torch
+
     if isinstance(generator, StackedGenerators):
         return generator.draw(lambda g, m: _uniform(g, m, g.device), n).to(device)
     return torch.rand(n, generator=generator, device=generator.device).to(device)
@@ -192,12 +198,16 @@ def _uniform(generator: torch.Generator | StackedGenerators, n: int, device: tor
 
 def _randint(generator: torch.Generator | StackedGenerators, high: int, n: int,
              device: torch.device) -> torch.Tensor:  # fmt: skip
+    import torch
+
     if isinstance(generator, StackedGenerators):
         return generator.draw(lambda g, m: _randint(g, high, m, g.device), n).to(device)
     return torch.randint(high, (n,), generator=generator, device=generator.device).to(device)
 
 
 def _crop(padding: int) -> Augmentation:
+    import torch
+
     def crop(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         b, _, h, w = x.shape
         dy = _randint(generator, 2 * padding + 1, b, x.device) - padding
@@ -215,6 +225,8 @@ def _crop(padding: int) -> Augmentation:
 
 
 def _translate(padding: int) -> Augmentation:
+    import torch
+
     def translate(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         b, _, h, w = x.shape
         padded = torch.nn.functional.pad(x, (padding,) * 4, mode="reflect")
@@ -238,6 +250,8 @@ def _row_step() -> Augmentation:
 
 
 def _mirror(p: float) -> Augmentation:
+    import torch
+
     def mirror(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         flip = _uniform(generator, len(x), x.device) < p
         return torch.where(flip[:, None, None, None], x.flip(-1), x)
@@ -246,6 +260,8 @@ def _mirror(p: float) -> Augmentation:
 
 
 def _cutout(size: int | float, p: float) -> Augmentation:
+    import torch
+
     def cutout(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         b, _, h, w = x.shape
         side = size if isinstance(size, int) else max(1, round(size * min(h, w)))
@@ -272,6 +288,8 @@ def _cifar10_subpolicies() -> tuple[torch.nn.Module, ...]:
 
 
 def _autoaugment() -> Augmentation:
+    import torch
+
     def autoaugment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         subpolicies = _cifar10_subpolicies()
         channels = x.shape[1]

@@ -18,11 +18,11 @@ import logging
 import math
 import numbers
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 from miaudit.errors import ConfigError
-from miaudit.models import check_model_params
 from miaudit.runtime.devices import DEFAULT_PRECISION, PRECISIONS
 from miaudit.train.augment import normalize_augmentation
 
@@ -82,6 +82,24 @@ def check_trainable(fields: Mapping[str, Any], where: str = "recipe") -> None:
         if key in fields and not ok(fields[key]):
             raise ConfigError(f"{where}.{key} is {fields[key]!r}, which cannot train a model: "
                               f"it must be {must}. Set {where}.{key} {fix}.")
+
+
+# False while check_fields builds a recipe without its architecture's own check.
+_CHECK_ARCHITECTURE: ContextVar[bool] = ContextVar("_CHECK_ARCHITECTURE", default=True)
+
+
+def check_fields(fields: Mapping[str, Any], where: str = "recipe") -> None:
+    """ConfigError naming ``{where}.{key}`` for a field of the recipe mapping ``fields`` that
+    makes no :class:`Recipe` (Recipe.from_dict's checks), less the architecture's own: whether
+    ``architecture`` is registered and ``arch_params`` are its parameters is checked where the
+    recipe is built (the registry imports torch). For a config whose architecture is known
+    only once its model loads (`miaudit audit`'s ``references.recipe``), checked up front."""
+    token = _CHECK_ARCHITECTURE.set(False)
+    try:  # a mapping of arch_params is the architecture's; anything else is refused here
+        Recipe.from_dict({k: v for k, v in fields.items()
+                          if k != "arch_params" or not isinstance(v, Mapping)}, where)
+    finally:
+        _CHECK_ARCHITECTURE.reset(token)
 
 
 def _freeze(value: Any, where: str) -> Any:
@@ -180,7 +198,12 @@ class Recipe:
         check_trainable({k: getattr(self, k) for k in TRAINABLE})
         for f in dataclasses.fields(self):
             object.__setattr__(self, f.name, _coerce(f, getattr(self, f.name)))
-        check_model_params(self.architecture, self.arch_params)
+        if _CHECK_ARCHITECTURE.get():  # (not in check_fields)
+            # imported here: the registry's architectures import torch, which a config check
+            # of the other fields (check_fields, check_trainable) does not load
+            from miaudit.models import check_model_params
+
+            check_model_params(self.architecture, self.arch_params)
         neutral = KEY_NEUTRAL_ARCH_PARAMS.get(self.architecture, {})
         kept = {
             k: v for k, v in self.arch_params.items() if not (k in neutral and v == neutral[k])
@@ -231,7 +254,20 @@ class Recipe:
                     f"unknown recipe key {key!r}.{hint} Valid keys: {', '.join(valid)}."
                 )
         check_trainable(data, where)
-        return cls(**dict(data))
+        # each field alone first (with the architecture its params belong to), so that a bad
+        # value is named by its place: recipe.optimizer, recipes.strong.dp, ...
+        given = [k for k in valid if k in data]
+        for key in given:
+            try:
+                cls(**{k: data[k] for k in dict.fromkeys(("architecture", key)) if k in data})
+            except ConfigError as exc:
+                if f"{where}.{key}" in str(exc):
+                    raise
+                raise ConfigError(f"{where}.{key}: {exc}") from exc
+        try:
+            return cls(**dict(data))
+        except ConfigError as exc:  # two fields that do not go together (dp and augment, ...)
+            raise ConfigError(f"{where}: {exc}") from exc
 
     def replace(self, **changes: Any) -> Recipe:
         """A copy with some fields changed."""
