@@ -109,7 +109,7 @@ def _mount_point(folder: str) -> str:
     return path
 
 
-def describe_os_error(exc: BaseException, path: str | os.PathLike | None = None,
+def describe_os_error(exc: BaseException, path: str | os.PathLike[str] | None = None,
                       writing: bool = True) -> tuple[str, str]:
     """``(what happened, what to do)`` for an OSError (or an error naming an OS error
     number, as safetensors' do) met on ``path`` (default: the error's own filename): e.g.

@@ -34,7 +34,7 @@ TEMP_FILE = re.compile(r"^\.(?P<name>.+?)\.(?:(?P<pid>\d+)-)?[^.]+\.tmp$")
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path in the target's folder; rename it onto `path` on success.
 
     The temporary file is ``.<name>.<pid>-<random>.tmp`` (:data:`TEMP_FILE`): the writer's
@@ -59,18 +59,18 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs: Any) -> Iterator[IO]:
+def atomic_open(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
     """Open a temporary file for writing; it replaces `path` only if the block succeeds."""
     with atomic_path(path) as tmp, open(tmp, mode, **kwargs) as handle:
         yield handle
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
+def write_text(path: str | os.PathLike[str], text: str) -> None:
     with atomic_open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
 
 
-def write_json(path: str | os.PathLike, obj: Any) -> None:
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
@@ -167,7 +167,7 @@ class PidLock:
     started after the lock was taken: a reused pid) is taken over, and its record returned
     so the caller can say so. :meth:`release` removes it (only while it is still ours)."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.record = {"pid": os.getpid(), "command": command_line(),
                        "host": socket.gethostname(),

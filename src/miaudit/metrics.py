@@ -127,7 +127,8 @@ def _auc_from_cumulative(tps: np.ndarray, fps: np.ndarray) -> np.ndarray:
     neg = np.diff(fps, prepend=0, axis=-1)
     tps_prev = np.concatenate((np.zeros_like(tps[..., :1]), tps[..., :-1]), axis=-1)
     twice_area = (neg * (tps_prev + tps)).sum(axis=-1)
-    return twice_area / (2.0 * tps[..., -1] * fps[..., -1])
+    result: np.ndarray = twice_area / (2.0 * tps[..., -1] * fps[..., -1])
+    return result
 
 
 def auc(scores: Any, members: Any) -> float:
@@ -404,7 +405,9 @@ def negative_hypergeometric_sf(hits: int, n_members: int, n_nonmembers: int, sto
 
 
 def _log_comb(n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
-    return gammaln(np.add(n, 1)) - gammaln(np.add(k, 1)) - gammaln(np.subtract(n, k) + 1)
+    result: np.ndarray = (gammaln(np.add(n, 1)) - gammaln(np.add(k, 1))
+                          - gammaln(np.subtract(n, k) + 1))
+    return result
 
 
 def auc_null_p_value(auc: float, n_members: int, n_nonmembers: int) -> float:

@@ -69,8 +69,9 @@ def membership_of(design: str, n_models: int, seed: int, audit: int, public: int
             membership[:, :n] = ranks < n_models // 2
         else:
             membership[:, :n] = rng.random((n_models, n)) < 0.5
-        masks = [np.arange(rows) < audit, np.arange(rows) >= n, np.zeros(rows, dtype=bool)]
-        return (membership, *masks, n_models - 1 if design == "lira-keep" else 0)
+        audit_mask, population_mask = np.arange(rows) < audit, np.arange(rows) >= n
+        return (membership, audit_mask, population_mask, np.zeros(rows, dtype=bool),
+                n_models - 1 if design == "lira-keep" else 0)
     canaries = population if design == "offline-canaries" else 0
     kind = design.split("-")[0] if design.startswith("offline") else design
     members = audit // 4 if design == "offline-members" else None
@@ -89,7 +90,7 @@ def classifier_bank(design: str, variant: str, n_models: int = 6, seed: int = 0,
     membership, audit_mask, population_mask, canary, target = membership_of(
         design, n_models, seed, audit, public, population)
     rng = np.random.default_rng([seed, 11])
-    n = membership.shape[1]
+    n = int(membership.shape[1])
     labels = rng.integers(0, N_CLASSES, n)
     # Untrained networks differ by model far more than by sample (outputs near their random
     # initialisation); trained ones share what the data says of each sample. Each model is
@@ -131,7 +132,7 @@ def sequence_bank(design: str, variant: str, n_models: int = 6, seed: int = 0,
     membership, audit_mask, population_mask, canary, target = membership_of(
         design, n_models, seed, audit, public, population)
     rng = np.random.default_rng([seed, 13])
-    n = membership.shape[1]
+    n = int(membership.shape[1])
     lengths = rng.integers(2, tokens + 1, n)
     base = -rng.exponential(2.0, (n, tokens))
     token = base[None] - rng.exponential(0.3, (n_models, n, tokens))

@@ -72,7 +72,8 @@ class Design:
 
     @property
     def n_models(self) -> int:
-        return self.membership.shape[0]
+        result: int = self.membership.shape[0]
+        return result
 
     def _mask(self, start: int, size: int) -> np.ndarray:
         mask = np.zeros(self.membership.shape[1], dtype=bool)
@@ -96,7 +97,8 @@ class Design:
 
     def canary_included(self) -> np.ndarray:
         """bool [m]: whether each canary is in the target's training set."""
-        return self.membership[self.target][self.canary_mask()]
+        result: np.ndarray = self.membership[self.target][self.canary_mask()]
+        return result
 
     def training_rows(self, model: int) -> np.ndarray:
         """Dataset row indices model `model` trains on (sorted)."""
@@ -224,7 +226,7 @@ _DESIGNS: Registry[DesignSpec] = Registry(
 
 
 def register_design(name: str, description: str, canaries: bool = False
-                    ) -> Callable[[Callable], Callable]:  # fmt: skip
+                    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:  # fmt: skip
     """Register a membership design under ``name`` (run configs name it in ``design:``)."""
     return _DESIGNS.decorator(name, lambda draw: DesignSpec(name, description, draw, canaries))
 

@@ -146,7 +146,8 @@ def log_t_cdf(z: np.ndarray, dof: np.ndarray) -> np.ndarray:
     below (floored at the smallest float64); dof = inf is the normal."""
     upper = np.log1p(-stdtr(dof, -np.abs(z)))
     lower = np.log(np.maximum(stdtr(dof, -np.abs(z)), _TINY))
-    return np.where(z >= 0, upper, lower)
+    result: np.ndarray = np.where(z >= 0, upper, lower)
+    return result
 
 
 def log_t_pdf(x: np.ndarray, mean: np.ndarray, scale: np.ndarray, dof: np.ndarray) -> np.ndarray:
@@ -162,7 +163,8 @@ def log_t_pdf(x: np.ndarray, mean: np.ndarray, scale: np.ndarray, dof: np.ndarra
 def t_scale(side: Predictive) -> np.ndarray:
     """The predictive Student-t scale, `sqrt(v (1 + 1/k))`."""
     k = np.maximum(side.count, 1)[:, None]
-    return np.sqrt(side.variance * (1.0 + 1.0 / k))
+    result: np.ndarray = np.sqrt(side.variance * (1.0 + 1.0 / k))
+    return result
 
 
 def _side(view: TargetView, side: int, equal_counts: bool, strength: float | None) -> Predictive:

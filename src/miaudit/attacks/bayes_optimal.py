@@ -40,7 +40,8 @@ from miaudit.errors import AttackError
 def log_likelihood(loss: np.ndarray) -> np.ndarray:
     """`log mean_q exp(-loss[..., q])`: the log of the query-averaged true-class probability,
     without underflow (float64, the query axis removed)."""
-    return logsumexp(-loss, axis=-1) - np.log(loss.shape[-1])
+    result: np.ndarray = logsumexp(-loss, axis=-1) - np.log(loss.shape[-1])
+    return result
 
 
 def base_scores(

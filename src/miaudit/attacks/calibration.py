@@ -17,7 +17,7 @@ from miaudit.attacks.view import TargetView, mean_over_out, side_means
 def query_mean(values: np.ndarray) -> np.ndarray:
     """Mean over the last (query) axis; a running sum, several times faster than `.mean(-1)`
     on a short, innermost axis."""
-    total = values[..., 0].copy()
+    total: np.ndarray = values[..., 0].copy()
     for j in range(1, values.shape[-1]):
         total += values[..., j]
     total /= values.shape[-1]
@@ -26,7 +26,8 @@ def query_mean(values: np.ndarray) -> np.ndarray:
 
 def calibrate(target: np.ndarray, references: np.ndarray, out: np.ndarray) -> np.ndarray:
     """`target [N] - mean over OUT references of references [R, N]`; NaN without OUT refs."""
-    return target - mean_over_out(references, out)
+    result: np.ndarray = target - mean_over_out(references, out)
+    return result
 
 
 @register_attack(
@@ -38,7 +39,8 @@ def calibrate(target: np.ndarray, references: np.ndarray, out: np.ndarray) -> np
 def calibrated_loss(view: TargetView) -> np.ndarray:
     """Watson et al. eq. 4 on Yeom's loss score `-mean_q l`."""
     # -(t - mean_OUT r) = -t + mean_OUT r: the negated scores' calibration, exactly.
-    return side_means(view, "loss").non_members - view.target_query_mean("loss")
+    result: np.ndarray = side_means(view, "loss").non_members - view.target_query_mean("loss")
+    return result
 
 
 @register_attack(
@@ -50,7 +52,8 @@ def calibrated_loss(view: TargetView) -> np.ndarray:
 def calibrated_confidence(view: TargetView) -> np.ndarray:
     """Watson et al. on the confidence score `mean_q max_c log p` (their eq. 3)."""
     target = view.target_query_mean("log_confidence")
-    return target - side_means(view, "log_confidence").non_members
+    result: np.ndarray = target - side_means(view, "log_confidence").non_members
+    return result
 
 
 @register_attack(

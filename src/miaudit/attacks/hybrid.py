@@ -76,7 +76,8 @@ def usable_extra_attacks(view: TargetView, names: Sequence[str]) -> list[str]:
 
 
 def _symlog(values: np.ndarray) -> np.ndarray:
-    return np.sign(values) * np.log1p(np.abs(values))
+    result: np.ndarray = np.sign(values) * np.log1p(np.abs(values))
+    return result
 
 
 def per_query_calibrated_loss(view: TargetView) -> np.ndarray:

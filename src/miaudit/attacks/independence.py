@@ -67,14 +67,16 @@ def _splitmix(x: np.ndarray) -> np.ndarray:
         x = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK
         x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK
         x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK
-        return x ^ (x >> np.uint64(31))
+        result: np.ndarray = x ^ (x >> np.uint64(31))
+        return result
 
 
 def _uniforms(sample_keys: np.ndarray, seed: tuple[int, ...]) -> np.ndarray:
     """float64 [len(sample_keys)] in [0, 1): one uniform per sample, for the view ``seed``."""
     salt = np.uint64(int(np.random.default_rng([_SEED, *seed]).integers(0, 2**63)))
     keys = _splitmix(sample_keys ^ salt)
-    return (keys >> np.uint64(11)).astype(np.float64) / float(2**53)
+    result: np.ndarray = (keys >> np.uint64(11)).astype(np.float64) / float(2**53)
+    return result
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ CHANNEL = "boundary_distance"
 )
 def augmentation_consistency_score(view: TargetView) -> np.ndarray:
     predicted = view.target_logits().argmax(axis=-1)  # [N, Q]
-    return (predicted == view.labels[:, None]).mean(axis=1, dtype=np.float64)
+    result: np.ndarray = (predicted == view.labels[:, None]).mean(axis=1, dtype=np.float64)
+    return result
 
 
 def _convention(distance: np.ndarray, logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -67,4 +68,5 @@ def calibrated_boundary_distance_score(view: TargetView) -> np.ndarray:
     references = np.zeros((view.n_references, view.n_samples))
     for r in range(view.n_references):
         references[r] = _convention(distances[r], view.reference_logits(r), view.labels)
-    return target - mean_over_out(references, view.out_mask())
+    result: np.ndarray = target - mean_over_out(references, view.out_mask())
+    return result

@@ -148,7 +148,8 @@ def _overall_variance(blocks: Blocks, mask: np.ndarray) -> np.ndarray:
         np.einsum("rnq,rn->q", (v - overall) ** 2, mask[:, b].astype(np.float64))
         for b, v in blocks()
     )
-    return spread / total
+    result: np.ndarray = spread / total
+    return result
 
 
 def equal_count_mask(mask: np.ndarray, scored: np.ndarray | None = None) -> np.ndarray:
@@ -180,13 +181,14 @@ def _sides(view: TargetView, equal_counts: bool) -> tuple[np.ndarray, np.ndarray
     members = view.reference_membership
     if not equal_counts:
         return members, view.out_mask()
-    return view.memo(
+    result: tuple[np.ndarray, np.ndarray] = view.memo(
         ("lira-sides",),
         lambda: (
             equal_count_mask(members, view.audit),
             equal_count_mask(view.out_mask(), view.audit),
         ),
     )
+    return result
 
 
 def out_gaussians(view: TargetView) -> Gaussians:
@@ -211,7 +213,8 @@ def _fit(view: TargetView, side: int, equal_counts: bool, fixed_variance: bool) 
 def log_normal_pdf(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
     """log N(x; mean, std^2), elementwise."""
     z = (x - mean) / std
-    return -0.5 * z * z - np.log(std) - _HALF_LOG_2PI
+    result: np.ndarray = -0.5 * z * z - np.log(std) - _HALF_LOG_2PI
+    return result
 
 
 @register_attack(

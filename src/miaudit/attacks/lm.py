@@ -61,14 +61,16 @@ def lowest_fraction_mean(values: np.ndarray, lengths: np.ndarray, k: float) -> n
     count = np.maximum(1, np.floor(k * lengths + 1e-9).astype(np.int64))
     # Only the first `count` (finite) columns are summed: the +inf padding sorts last.
     keep = np.arange(values.shape[1])[None, :] < count[:, None]
-    return np.where(keep, ordered, 0.0).sum(axis=1) / count
+    result: np.ndarray = np.where(keep, ordered, 0.0).sum(axis=1) / count
+    return result
 
 
 def _out_loss_mean(view: TargetView) -> np.ndarray:
     """Mean LM loss of the references OUT for each sample, float64 [N]; NaN without one."""
-    return view.memo(
+    result: np.ndarray = view.memo(
         "lm-out-loss", lambda: -mean_over_out(view.reference_seq_loglik(), view.out_mask())
     )
+    return result
 
 
 @register_attack(
@@ -78,7 +80,8 @@ def _out_loss_mean(view: TargetView) -> np.ndarray:
     description="LM loss: mean log p(x_t) over the sample's tokens (= -loss)",
 )
 def lm_loss(view: TargetView) -> np.ndarray:
-    return view.target_seq_loglik().copy()
+    result: np.ndarray = view.target_seq_loglik().copy()
+    return result
 
 
 @register_attack(
@@ -88,7 +91,8 @@ def lm_loss(view: TargetView) -> np.ndarray:
     description="Carlini et al. 2021: -loss / zlib entropy (bytes of the compressed text)",
 )
 def zlib_ratio(view: TargetView) -> np.ndarray:
-    return view.target_seq_loglik() / view.text_zlib_bytes
+    result: np.ndarray = view.target_seq_loglik() / view.text_zlib_bytes
+    return result
 
 
 @register_attack(
@@ -99,6 +103,7 @@ def zlib_ratio(view: TargetView) -> np.ndarray:
     params=(K,),
 )
 def min_k(view: TargetView, k: float) -> np.ndarray:
+    assert view.seq_lengths is not None  # Needs(sequence=True)
     return lowest_fraction_mean(view.target_token_logprob(), view.seq_lengths, k)
 
 
@@ -112,6 +117,7 @@ def min_k(view: TargetView, k: float) -> np.ndarray:
 def min_k_plus_plus(view: TargetView, k: float) -> np.ndarray:
     token = view.target_token_logprob().astype(np.float64)
     mu, sigma = view.target_next_token_moments()
+    assert view.seq_lengths is not None  # Needs(sequence=True)
     valid = valid_positions(view.seq_lengths, token.shape[1])
     with np.errstate(all="ignore"):  # padding may hold anything; it is masked below
         z = (token - mu) / np.maximum(sigma.astype(np.float64), SIGMA_FLOOR)
@@ -125,7 +131,8 @@ def min_k_plus_plus(view: TargetView, k: float) -> np.ndarray:
     description="Watson et al. on sequences: mean_OUT loss_r - loss_t",
 )
 def lm_calibrated(view: TargetView) -> np.ndarray:
-    return _out_loss_mean(view) + view.target_seq_loglik()
+    result: np.ndarray = _out_loss_mean(view) + view.target_seq_loglik()
+    return result
 
 
 @register_attack(
@@ -147,7 +154,8 @@ def lm_lira_offline(view: TargetView, fixed_variance: bool, equal_counts: bool) 
     if equal_counts:
         out = equal_count_mask(out, view.audit)
     g = fit_gaussians(view.reference_seq_loglik()[:, :, None], out, fixed_variance)
-    return log_ndtr((view.target_seq_loglik() - g.mean[:, 0]) / g.std[:, 0])
+    result: np.ndarray = log_ndtr((view.target_seq_loglik() - g.mean[:, 0]) / g.std[:, 0])
+    return result
 
 
 @register_attack(
@@ -210,6 +218,8 @@ def lm_rapid(
     description="Das et al. 2024 blind baseline: -zlib_bytes / chars, never reads a model",
 )
 def blind(view: TargetView) -> np.ndarray:
-    chars = view.text_chars
+    chars, zlib_bytes = view.text_chars, view.text_zlib_bytes
+    assert chars is not None and zlib_bytes is not None  # Needs(text=True)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(chars > 0, -view.text_zlib_bytes / np.maximum(chars, 1), np.nan)
+        scores: np.ndarray = np.where(chars > 0, -zlib_bytes / np.maximum(chars, 1), np.nan)
+    return scores

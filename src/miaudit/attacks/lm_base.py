@@ -49,6 +49,7 @@ _EZ_EPSILON = 1e-12
 def ez_mia(view: TargetView, min_tokens: int, ignore_first: bool) -> np.ndarray:
     lengths = view.seq_lengths
     target, base = view.target_token_logprob(), view.seq_base_token_logprob
+    assert lengths is not None and base is not None  # Needs(sequence=True, base_model=True)
     top1 = view.target_top1_correct()
     width = target.shape[1]
     scores = np.empty(view.n_samples)
@@ -72,7 +73,7 @@ def _window_sums(values: np.ndarray, window: int) -> np.ndarray:
     """[B, T - window + 1]: `values[:, s] + ... + values[:, s + window - 1]`, added left to
     right (equal windows of two arrays give equal sums, bit for bit)."""
     count = values.shape[1] - window + 1
-    sums = values[:, :count].copy()
+    sums: np.ndarray = values[:, :count].copy()
     for k in range(1, window):
         sums += values[:, k : k + count]
     return sums
@@ -96,6 +97,7 @@ def wbc(view: TargetView, window_sizes: list[int]) -> np.ndarray:
         raise AttackError("attack 'wbc': window_sizes must list at least one window size.")
     lengths = view.seq_lengths
     target, base = view.target_token_logprob(), view.seq_base_token_logprob
+    assert lengths is not None and base is not None  # Needs(sequence=True, base_model=True)
     width = target.shape[1]
     scores = np.empty(view.n_samples)
     for block in view.sample_blocks(width * 8 * 6):

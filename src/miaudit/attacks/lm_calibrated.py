@@ -37,7 +37,8 @@ CLIP = Param("a", 0.01, "float", "the clip of each token's p(x_i) * -log f(x_i) 
 def _masked_sum(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """Sum of `values[n, :L_n]`, float64 [N]; padding is never read."""
     valid = valid_positions(lengths, values.shape[1])
-    return np.where(valid, values.astype(np.float64), 0.0).sum(axis=1)
+    result: np.ndarray = np.where(valid, values.astype(np.float64), 0.0).sum(axis=1)
+    return result
 
 
 @register_attack(
@@ -48,10 +49,12 @@ def _masked_sum(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     params=(REDUCTION,),
 )
 def lm_base_reference(view: TargetView, reduction: str) -> np.ndarray:
-    lengths = view.seq_lengths
+    lengths, base = view.seq_lengths, view.seq_base_token_logprob
+    assert lengths is not None and base is not None  # Needs(sequence=True, base_model=True)
     total = _masked_sum(view.target_token_logprob(), lengths) - _masked_sum(
-        view.seq_base_token_logprob, lengths)
-    return total / lengths if reduction == "mean" else total
+        base, lengths)
+    scores: np.ndarray = total / lengths if reduction == "mean" else total
+    return scores
 
 
 @register_attack(
@@ -61,8 +64,9 @@ def lm_base_reference(view: TargetView, reduction: str) -> np.ndarray:
     description="Xie et al. 2024 (ReCaLL): LL(x | non-member prefix) / LL(x)",
 )
 def recall(view: TargetView) -> np.ndarray:
-    lengths = view.seq_lengths
-    conditioned = _masked_sum(view.target_prefix_token_logprob(), lengths) / lengths
+    lengths, prefixed = view.seq_lengths, view.target_prefix_token_logprob()
+    assert lengths is not None and prefixed is not None  # Needs(prefix_conditioned=True)
+    conditioned = _masked_sum(prefixed, lengths) / lengths
     plain = view.target_seq_loglik()
     with np.errstate(divide="ignore", invalid="ignore"):
         # LL(x) = 0 (every token certain) leaves the ratio undefined: NaN, ranked lowest
@@ -76,12 +80,15 @@ def population_token_frequencies(view: TargetView) -> np.ndarray:
 
     def compute() -> np.ndarray:
         rows = view.population & ~view.audit if view.audit is not None else view.population
+        assert view.seq_token_ids is not None and view.seq_vocab_size is not None  # token_ids
         ids = view.seq_token_ids[rows]
         ids = ids[ids >= 0]
         counts = np.bincount(ids, minlength=view.seq_vocab_size).astype(np.float64)
-        return (counts + 1.0) / (counts.sum() + view.seq_vocab_size)
+        result: np.ndarray = (counts + 1.0) / (counts.sum() + view.seq_vocab_size)
+        return result
 
-    return view.memo("dc-pdd-frequencies", compute)
+    result: np.ndarray = view.memo("dc-pdd-frequencies", compute)
+    return result
 
 
 def first_occurrences(ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -106,9 +113,11 @@ def first_occurrences(ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 )
 def dc_pdd(view: TargetView, a: float) -> np.ndarray:
     ids, lengths = view.seq_token_ids, view.seq_lengths
+    assert ids is not None and lengths is not None  # Needs(sequence=True, token_ids=True)
     freq = population_token_frequencies(view)
     first = first_occurrences(ids, lengths)
     with np.errstate(all="ignore"):  # padding may hold anything; it is masked below
         p = np.exp(view.target_token_logprob().astype(np.float64))
     alpha = np.minimum(p * -np.log(freq[np.where(first, ids, 0)]), a)
-    return np.where(first, alpha, 0.0).sum(axis=1) / first.sum(axis=1)
+    result: np.ndarray = np.where(first, alpha, 0.0).sum(axis=1) / first.sum(axis=1)
+    return result

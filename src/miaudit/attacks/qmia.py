@@ -89,7 +89,8 @@ def _log_probs(logits: np.ndarray) -> np.ndarray:
     z = np.asarray(logits, dtype=np.float64)
     top = z.max(axis=2, keepdims=True)
     log_p = z - top - np.log(np.exp(z - top).sum(axis=2, keepdims=True))
-    return log_p.mean(axis=1)
+    result: np.ndarray = log_p.mean(axis=1)
+    return result
 
 
 def qmia_features(view: TargetView, features: str, score: str) -> np.ndarray:

@@ -194,7 +194,7 @@ def augmented_queries_problem(needed: int, n_queries: int) -> str:
 @dataclass(frozen=True)
 class AttackSpec:
     name: str
-    fn: Callable[..., np.ndarray]
+    fn: Callable[..., np.ndarray | Scored]
     needs: Needs
     description: str
     params: tuple[Param, ...] = ()  # declared parameters, overridable per run
@@ -248,7 +248,7 @@ def register_attack(
     image_queries: int = 2,
     model_free: bool = False,
     params: Sequence[Param] = (),
-) -> Callable[[Callable[..., np.ndarray]], Callable[..., np.ndarray]]:
+) -> Callable[[Callable[..., np.ndarray | Scored]], Callable[..., np.ndarray | Scored]]:
     """Register `fn` under `name`; `params` declares its keyword parameters, exactly those of
     its signature after `view` (variants re-register the same function under another name,
     with other defaults: `Param.with_default`). `first_query_only`: the attack reads query 0
@@ -258,7 +258,7 @@ def register_attack(
     and mirror). `model_free`: it never reads a model (the blind baseline), so its cost is no
     model and no query."""
 
-    def spec(fn: Callable[..., np.ndarray]) -> AttackSpec:
+    def spec(fn: Callable[..., np.ndarray | Scored]) -> AttackSpec:
         _check_declared(name, fn, params)
         return AttackSpec(name, fn, needs, description, tuple(params), family,
                           first_query_only, image_queries, model_free)
@@ -347,9 +347,10 @@ def check_attack_params(
     if not isinstance(attack_params, Mapping):
         raise ParamError(f"{where} must map attack names to mappings {{parameter: value}}, "
                          f"e.g. {{rmia: {{gamma: 2}}}}; got {attack_params!r}.")
-    for name in attack_params if selected is not None else ():
-        if name not in selected:
-            raise ParamError(f"{where} names '{name}', which is not in {selected_where}.")
+    if selected is not None:
+        for name in attack_params:
+            if name not in selected:
+                raise ParamError(f"{where} names '{name}', which is not in {selected_where}.")
     return {name: check_params(str(name), params, f"{where}.{name}")
             for name, params in attack_params.items()}
 

@@ -105,8 +105,9 @@ def tempered_prob_true(view: TargetView, temperature: float) -> tuple[np.ndarray
             "vocabulary's, so no faithful tempered probability exists (lm-rmia explains why "
             "the bank cannot give one). Use temperature: 1 here."
         )
-    return view.memo(("tempered_prob_true", float(temperature)),
-                     lambda: _tempered(view, float(temperature)))
+    result: tuple[np.ndarray, SideMeans] = view.memo(("tempered_prob_true", float(temperature)),
+                                                     lambda: _tempered(view, float(temperature)))
+    return result
 
 
 def _tempered(view: TargetView, temperature: float) -> tuple[np.ndarray, SideMeans]:
@@ -177,11 +178,13 @@ def _within_step(t: np.ndarray, count: np.ndarray, ratio_z: np.ndarray) -> np.nd
         above = 1.0 - ratio_z[-1] / t  # t > the largest population ratio (>= 0)
     u = np.where(inside, between, above)
     # hi == lo only for count 0 with z_(1) = 0, i.e. t = 0; above: t > z_(Z) >= 0, so t > 0
-    return np.clip(np.nan_to_num(u, nan=0.0), 0.0, 1.0)
+    result: np.ndarray = np.clip(np.nan_to_num(u, nan=0.0), 0.0, 1.0)
+    return result
 
 
 def _ratio(p_target: np.ndarray, p_x: np.ndarray) -> np.ndarray:
-    return p_target / np.maximum(p_x, _TINY)
+    result: np.ndarray = p_target / np.maximum(p_x, _TINY)
+    return result
 
 
 @register_attack(
@@ -248,7 +251,8 @@ def informia(view: TargetView, a: float, temperature: float) -> np.ndarray:
     population_bits = population_bits[np.isfinite(population_bits)]
     if population_bits.size == 0:
         return np.full(bits.shape, np.nan)
-    return bits - population_bits.mean()
+    result: np.ndarray = bits - population_bits.mean()
+    return result
 
 
 @register_attack(

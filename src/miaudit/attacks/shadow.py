@@ -245,6 +245,7 @@ def train_scorer(
     y = torch.from_numpy(np.asarray(labels, dtype=np.float32))
     stop_early = validation is not None and patience > 0 and len(validation[1]) > 0
     if stop_early:
+        assert validation is not None  # stop_early requires it
         v_features = _checked(validation[0], validation[1], "held-out")
         vx = torch.from_numpy(((v_features - mean) / scale).astype(np.float32))
         vy = torch.from_numpy(np.asarray(validation[1], dtype=np.float32))

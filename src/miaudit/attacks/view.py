@@ -36,14 +36,18 @@ class TargetView:
     """
 
     def __init__(self, bank: SignalBank, target: int, reference_ids: np.ndarray) -> None:
+        logits, labels, audit, population = bank.logits, bank.labels, bank.audit, bank.population
+        # SignalBank.__post_init__ sets all four
+        assert logits is not None and labels is not None
+        assert audit is not None and population is not None
         self.target = int(target)
         self.reference_ids = np.asarray(reference_ids, dtype=int)
         self.canary = (np.zeros(bank.n_samples, dtype=bool) if bank.canary is None
                        else bank.canary)
         membership = np.asarray(bank.membership, dtype=bool)
-        self._pools = Pools.of(membership, bank.audit, bank.population, self.canary)
+        self._pools = Pools.of(membership, audit, population, self.canary)
         self._seed: tuple[int, ...] = (self.target,)
-        self._sample_keys = fingerprints(bank.logits, bank.labels, self.target)
+        self._sample_keys = fingerprints(logits, labels, self.target)
         available, self.set_aside = set_aside(
             membership, np.ones(membership.shape, dtype=bool), self.target, self._pools,
             self._sample_keys, self._seed)
@@ -54,13 +58,13 @@ class TargetView:
         self._known = _frozen(membership & available)
         self.reference_membership = _frozen(self._known[self.reference_ids])
         self.reference_available = _frozen(self._available[self.reference_ids])
-        self.labels = bank.labels
-        self.population = bank.population
-        self.audit = bank.audit
+        self.labels = labels
+        self.population = population
+        self.audit = audit
         self.n_samples = bank.n_samples
         self.n_queries = bank.n_queries
         self.n_classes = bank.n_classes
-        self._logits = bank.logits
+        self._logits = logits
         self._statistics = bank.statistics
         self._channels = bank.channels
         # Sequence signals of causal LMs (None in a classifier bank): [M, N, T] per model.
@@ -98,7 +102,8 @@ class TargetView:
     def public(self) -> np.ndarray:
         """bool [N]: the samples whose rows may choose anything (an epoch, a threshold):
         neither audited, nor population, nor canaries (docs/algorithms.md §12)."""
-        return ~self.audit & ~self.population & ~self.canary
+        public: np.ndarray = ~self.audit & ~self.population & ~self.canary
+        return public
 
     def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
         """`compute()`, once per view and key: what several attacks on this target share
@@ -111,7 +116,8 @@ class TargetView:
 
     def target_stat(self, name: str) -> np.ndarray:
         """Statistic `name` for the target, float64 [N, Q]."""
-        return self._statistics.get(name, [self.target])[0]
+        stat: np.ndarray = self._statistics.get(name, [self.target])[0]
+        return stat
 
     def reference_stat(self, name: str, samples: slice | None = None) -> np.ndarray:
         """Statistic `name` for every reference, float64 [R, N, Q] (or [R, len(samples), Q]
@@ -120,7 +126,8 @@ class TargetView:
 
     def target_query_mean(self, name: str) -> np.ndarray:
         """Statistic `name` of the target averaged over queries, float64 [N]."""
-        return self._statistics.query_mean(name, [self.target])[0]
+        mean: np.ndarray = self._statistics.query_mean(name, [self.target])[0]
+        return mean
 
     def reference_query_mean(self, name: str, samples: slice | None = None) -> np.ndarray:
         """Statistic `name` of every reference averaged over queries, float64 [R, N] (or the
@@ -133,22 +140,26 @@ class TargetView:
 
     def target_logits(self) -> np.ndarray:
         """Target logits, float32 [N, Q, C]."""
-        return self._logits[self.target]
+        logits: np.ndarray = self._logits[self.target]
+        return logits
 
     def reference_logits(self, r: int) -> np.ndarray:
         """Logits of reference r (0..R-1), float32 [N, Q, C]."""
-        return self._logits[self.reference_ids[r]]
+        logits: np.ndarray = self._logits[self.reference_ids[r]]
+        return logits
 
     def has_channel(self, name: str) -> bool:
         return name in self._channels
 
     def target_channel(self, name: str) -> np.ndarray:
         """White-box channel `name` for the target, float64 [N]."""
-        return self._channels[name][self.target]
+        channel: np.ndarray = self._channels[name][self.target]
+        return channel
 
     def reference_channel(self, name: str) -> np.ndarray:
         """White-box channel `name` for every reference, float64 [R, N]."""
-        return self._channels[name][self.reference_ids]
+        channel: np.ndarray = self._channels[name][self.reference_ids]
+        return channel
 
     @property
     def has_sequences(self) -> bool:
@@ -165,11 +176,13 @@ class TargetView:
     def target_token_logprob(self) -> np.ndarray:
         """log p(x_{t+1} | x_<=t) of the target, float32 [N, T]; positions >= seq_lengths are
         padding (never read them: `valid_positions`)."""
-        return self._sequence(self._seq_token)[self.target]
+        token: np.ndarray = self._sequence(self._seq_token)[self.target]
+        return token
 
     def reference_token_logprob(self, r: int) -> np.ndarray:
         """Reference r's (0..R-1) token log-probabilities, float32 [N, T]."""
-        return self._sequence(self._seq_token)[self.reference_ids[r]]
+        token: np.ndarray = self._sequence(self._seq_token)[self.reference_ids[r]]
+        return token
 
     def target_prefix_token_logprob(self) -> np.ndarray | None:
         """The target's log p(x_{t+1} | P, x_<=t) under ReCaLL's fixed prefix P, float32
@@ -185,11 +198,13 @@ class TargetView:
     def target_top1_correct(self) -> np.ndarray:
         """bool [N, T]: the target's argmax next-token prediction at position t is the actual
         token t+1 (False at padding)."""
-        return self._top1()[self.target]
+        top1: np.ndarray = self._top1()[self.target]
+        return top1
 
     def reference_top1_correct(self, r: int) -> np.ndarray:
         """Reference r's (0..R-1) `target_top1_correct`, bool [N, T]."""
-        return self._top1()[self.reference_ids[r]]
+        top1: np.ndarray = self._top1()[self.reference_ids[r]]
+        return top1
 
     def _top1(self) -> np.ndarray:
         if self._seq_top1 is None:
@@ -204,16 +219,20 @@ class TargetView:
     def target_next_token_moments(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std of log p(v) under the target's next-token distribution, float32
         [N, T] each (Min-K%++)."""
-        return self._sequence(self._seq_mean)[self.target], self._seq_std[self.target]
+        moments: tuple[np.ndarray, np.ndarray] = (self._sequence(self._seq_mean)[self.target],
+                                                  self._sequence(self._seq_std)[self.target])
+        return moments
 
     def target_seq_loglik(self) -> np.ndarray:
         """Target's mean token log-probability over each sample's valid tokens, float64 [N]
         (the negated LM loss)."""
-        return self._sequence(self._seq_loglik)[self.target]
+        loglik: np.ndarray = self._sequence(self._seq_loglik)[self.target]
+        return loglik
 
     def reference_seq_loglik(self) -> np.ndarray:
         """Every reference's mean token log-probability, float64 [R, N]."""
-        return self._sequence(self._seq_loglik)[self.reference_ids]
+        loglik: np.ndarray = self._sequence(self._seq_loglik)[self.reference_ids]
+        return loglik
 
     @staticmethod
     def _sequence(array: np.ndarray | None) -> np.ndarray:
@@ -227,8 +246,9 @@ class TargetView:
     def out_mask(self) -> np.ndarray:
         """bool [R, N], read-only: reference r did not train on sample n (and was not set
         aside for it)."""
-        return self.memo("out_mask", lambda: _frozen(self.reference_available
-                                                     & ~self.reference_membership))
+        out: np.ndarray = self.memo("out_mask", lambda: _frozen(self.reference_available
+                                                                & ~self.reference_membership))
+        return out
 
     def side_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """(IN, OUT) reference counts per sample, int [N] each, read-only."""
@@ -238,7 +258,8 @@ class TargetView:
             n_out = self.out_mask().sum(axis=0, dtype=np.int64)
             return _frozen(n_in), _frozen(n_out)
 
-        return self.memo("side_counts", count)
+        counts: tuple[np.ndarray, np.ndarray] = self.memo("side_counts", count)
+        return counts
 
     def as_shadow(self, r: int) -> TargetView:
         """Reference r as a shadow target, the other references as its references.
@@ -305,7 +326,8 @@ def side_means(view: TargetView, name: str) -> SideMeans:
         masks = (view.reference_membership, view.out_mask(), view.reference_available)
         return SideMeans(*(_frozen(m) for m in masked_query_means(view, name, masks)))
 
-    return view.memo(("side_means", name), compute)
+    means: SideMeans = view.memo(("side_means", name), compute)
+    return means
 
 
 def mean_over_out(values: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -318,4 +340,5 @@ def mean_over_out(values: np.ndarray, out: np.ndarray) -> np.ndarray:
     # einsum contracts over references without materialising values * weights ([R, N, ...]).
     total = np.einsum("rn...,rn->n...", values, weights, optimize=False)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+        mean: np.ndarray = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return mean

@@ -143,7 +143,7 @@ def normalised_source(source: str) -> str:
     for node in ast.walk(tree):  # a body left empty by a dropped docstring
         body = getattr(node, "body", None)
         if isinstance(body, list) and not body:
-            node.body = [ast.Pass()]
+            body.append(ast.Pass())
     return ast.unparse(tree)
 
 
@@ -156,7 +156,8 @@ def read_source(name: str) -> str | bytes:
     source = spec.loader.get_source(name)  # type: ignore[attr-defined]
     if source is None:
         return marshal.dumps(spec.loader.get_code(name))  # type: ignore[attr-defined]
-    return source
+    result: str | bytes = source
+    return result
 
 
 # Sources read by pin_sources: what the digests see of these modules from then on.

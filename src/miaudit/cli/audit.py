@@ -106,7 +106,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `audit` subcommand."""
     p = subparsers.add_parser(
         "audit", help="audit your own trained model (PyTorch, Hugging Face, scikit-learn or a "

@@ -258,7 +258,7 @@ def _scan_store(store: Store, inventory: Inventory, verify: bool, now: float) ->
         inventory.other.append((path, _size(path)))
 
 
-def scan(root: str | os.PathLike, verify: bool = False, now: float | None = None) -> Inventory:
+def scan(root: str | os.PathLike[str], verify: bool = False, now: float | None = None) -> Inventory:
     """The inventory of the cache folder ``root`` (``verify``: hash every weights file)."""
     root = Path(root)
     inventory = Inventory(root, root.is_dir(), verify)

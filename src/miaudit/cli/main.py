@@ -251,8 +251,9 @@ def _failing_path(exc: BaseException) -> str | None:
         if tb.tb_frame.f_globals.get("__name__") == "miaudit.io" and "path" in names:
             found = str(names["path"])
         else:
-            files = [v.name for v in names.values()
-                     if isinstance(v, io.IOBase) and isinstance(getattr(v, "name", None), str)]
+            files = [name for v in names.values()
+                     if isinstance(v, io.IOBase) and isinstance(name := getattr(v, "name", None),
+                                                                str)]
             found = files[-1] if files else found
         tb = tb.tb_next
     return found
@@ -331,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     # progress argument of their own.
     try:
         with progress_switch(not getattr(args, "quiet", False)):
-            return args.fn(args)
+            result: int = args.fn(args)
+            return result
     except MiauditError as exc:
         print(f"miaudit: error: {exc}", file=sys.stderr)
         code = int(getattr(exc, "exit_code", 2))

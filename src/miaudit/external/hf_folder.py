@@ -253,7 +253,8 @@ def load_hf_target(cfg: AuditConfig, data: AuditData) -> tuple[Target, AuditData
 _TOKENIZER_PROBES = 8
 
 
-def load_base_reference(cfg: AuditConfig, target: Target, texts: Sequence[str] | None,
+def load_base_reference(cfg: AuditConfig, target: Target,
+                        texts: Sequence[str] | np.ndarray | None,
                         cache_dir: str | Path | None, device: str) -> HFModule:
     """``model.base_model`` as a causal LM module over the target's feature ids (the target's
     padding swap), on ``device``; a ConfigError when its tokenizer does not match the fine-tuned
@@ -284,7 +285,8 @@ def load_base_reference(cfg: AuditConfig, target: Target, texts: Sequence[str] |
             f"the base model {cfg.model.base_model} does not match the fine-tuned model: {why}. "
             "Give the pretrained model the fine-tuned one was trained from (same tokenizer)."
         )
-    return HFCausalLM(model, hf.pad).eval()
+    result: HFModule = HFCausalLM(model, hf.pad).eval()
+    return result
 
 
 def hf_recipe(cfg: AuditConfig, target: Target) -> tuple[Recipe | None, str | None]:

@@ -177,7 +177,8 @@ def skops_types(blob: bytes) -> tuple[list[str], list[str]]:
     import skops.io as sio
 
     loaders = _loaders(blob)
-    trusted, refused = [], []
+    trusted: list[str] = []
+    refused: list[str] = []
     for name in sio.get_untrusted_types(data=blob):
         (trusted if _library_type(name, loaders.get(name, set())) else refused).append(name)
     return trusted, refused
@@ -287,7 +288,8 @@ class SklearnCache:
         except Exception as exc:  # skops cannot write every object (e.g. a lambda)
             refused = [f"{type(exc).__name__}: {str(exc).strip()[:120]}"]
         if not refused:
-            return blob
+            result: bytes | None = blob
+            return result
         note = (f"scikit-learn references of {name} are not cached: the fitted estimator "
                 f"holds types the cache loads only from scikit-learn, numpy and scipy "
                 f"({_shown(refused)}), so they are fitted anew every audit")
@@ -410,20 +412,20 @@ def reference_models(
         if cfg.references.recipe is not None:
             notes.append("references.recipe is unused for a scikit-learn estimator: references "
                          "are clones of it (same hyper-parameters, own random_state)")
-        cache = SklearnCache(cache_root / "sklearn")
+        fits = SklearnCache(cache_root / "sklearn")
         modules, seconds = [], []
         for rows, seed in jobs:
             x = public.features[rows].reshape(len(rows), -1)
-            model, fit_seconds = cache.get_or_fit(target.estimator, x, public.labels[rows],
+            model, fit_seconds = fits.get_or_fit(target.estimator, x, public.labels[rows],
                                                   public.fingerprint(), rows, seed)
             modules.append(OutputModule(sklearn_predict(model), data.num_classes,
                                         "probabilities", cfg.model.tolerance,
                                         f"reference {type(model).__name__}", flatten=True))
             seconds.append(fit_seconds)
-        notes += cache.notes
-        recipe = {"clone_of": type(target.estimator).__name__,
-                  "params": _describe(target.estimator)["params"]}
-        return References(modules, membership, seconds, recipe, cache.misses, cache.hits,
+        notes += fits.notes
+        clone = {"clone_of": type(target.estimator).__name__,
+                 "params": _describe(target.estimator)["params"]}
+        return References(modules, membership, seconds, clone, fits.misses, fits.hits,
                           notes=notes, caveats=caveats)
     assert recipe is not None  # no recipe returned above
     if data.kind != "image" and recipe.augment:

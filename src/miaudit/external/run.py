@@ -245,6 +245,7 @@ def _audit_into(cfg: AuditConfig, names: list[str], out: Path, progress: bool,
     })
     figures = {}
     if verdict.attack:
+        assert built.bank.logits is not None  # set by SignalBank
         predicted = (None if target.causal_lm  # an LM predicts tokens, not the label
                      else built.bank.logits[0, : data.n_audit, 0].argmax(axis=-1))
         ranked = rank_exposed(result, verdict.attack, data, int(data.members.sum()), predicted)

@@ -317,8 +317,10 @@ def sklearn_predict(estimator: Any) -> Callable[[np.ndarray], np.ndarray]:
         if names is not None:
             import pandas as pd
 
-            return estimator.predict_proba(pd.DataFrame(x, columns=names))
-        return estimator.predict_proba(x)
+            result: np.ndarray = estimator.predict_proba(pd.DataFrame(x, columns=names))
+            return result
+        result = estimator.predict_proba(x)
+        return result
 
     return predict
 
@@ -460,7 +462,8 @@ def prediction_function(
     if not callable(obj):
         raise ConfigError(f"{given} is a {type(obj).__name__}, not a function: name a "
                           "function X -> [n, classes] outputs.")
-    return obj
+    result: Callable[[np.ndarray], Any] = obj
+    return result
 
 
 def _function_target(

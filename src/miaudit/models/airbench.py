@@ -175,7 +175,8 @@ def tta_logits(logits: Tensor, queries: Sequence[str]) -> Tensor:
     return sum(weight * logits[..., index.index(q), :] for q, weight in TTA_QUERIES.items())
 
 
-def _numbers(name: str, values: Sequence[float], count: int, positive: bool) -> tuple:
+def _numbers(name: str, values: Sequence[float], count: int, positive: bool
+             ) -> tuple[float, ...]:  # fmt: skip
     out = tuple(float(v) for v in values)
     if len(out) != count or (positive and min(out) <= 0):
         raise ConfigError(f"{ARCH} {name} must be {count} {'positive ' if positive else ''}"

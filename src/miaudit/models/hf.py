@@ -413,7 +413,8 @@ class HFModule(nn.Module):
                 if where in seen:
                     state[key] = value.clone()
                 seen.add(where)
-        return state
+        result: dict[str, Any] = state
+        return result
 
 
 class HFClassifier(HFModule):
@@ -525,7 +526,8 @@ def load_folder_model(
     if folder.task == CLASSIFIER and getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = int(token_pad)  # decoders find the last token by it
     wrapper = HFCausalLM if folder.task == CAUSAL_LM else HFClassifier
-    return wrapper(model, token_pad).eval()
+    result: HFModule = wrapper(model, token_pad).eval()
+    return result
 
 
 def _load_adapter_model(folder: HFFolder, token_pad: int) -> HFCausalLM:
@@ -575,7 +577,8 @@ def _load_adapter_model(folder: HFFolder, token_pad: int) -> HFCausalLM:
     if hasattr(merged, "set_attn_implementation"):
         with contextlib.suppress(Exception):  # eager: as load_folder_model, torch.func traces it
             merged.set_attn_implementation("eager")
-    return HFCausalLM(merged, token_pad).eval()
+    result: HFCausalLM = HFCausalLM(merged, token_pad).eval()
+    return result
 
 
 @register_model("hf")

@@ -188,4 +188,5 @@ def base_module(base_model: str) -> HFCausalLM:
     """The base model itself as a causal LM over the run's feature ids (never trained):
     ``lm-base-reference``'s reference."""
     template, tokenizer = _template(resolve_base_model(base_model), _cache_dir())
-    return HFCausalLM(template.eval(), _pad(tokenizer)).eval()
+    result: HFCausalLM = HFCausalLM(template.eval(), _pad(tokenizer)).eval()
+    return result

@@ -113,7 +113,8 @@ def parts_agree(module: nn.Module, parts: LMParts, x: Tensor, tolerance: float =
 # times that when the head itself trains (full fine-tuning).
 LOSS_CHUNK_FLOATS = 2**22
 # training_parts' answer per module (checked once; gone with the module)
-_TRAINING_PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TRAINING_PARTS: weakref.WeakKeyDictionary[torch.nn.Module, LMParts | None] = (
+    weakref.WeakKeyDictionary())
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -176,7 +177,8 @@ def training_parts(module: nn.Module) -> LMParts | None:
     dropout cannot tell the two routes apart): None for a head with a bias or one that is
     not a plain linear map (its loss comes from the full logits)."""
     if module in _TRAINING_PARTS:
-        return _TRAINING_PARTS[module]
+        result: LMParts | None = _TRAINING_PARTS[module]
+        return result
     parts = lm_parts(module)
     if parts is not None and parts.head.bias is not None:
         parts = None

@@ -448,7 +448,8 @@ class CausalLM(nn.Module):
             if (key.endswith("lm_head.weight") and not isinstance(value, nn.Parameter)
                     and value.data_ptr() in shared):  # fmt: skip
                 state[key] = value.clone()
-        return state
+        result: dict[str, Any] = state
+        return result
 
     def forward(self, x: Tensor) -> Tensor:
         ids = token_ids(x)

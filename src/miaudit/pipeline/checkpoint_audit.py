@@ -93,6 +93,7 @@ def audit_checkpoints(
             train_seconds=[m.train_seconds for m in models], progress=progress,
             target_privacy=kept.privacy, canaries=cfg.canaries, membership="miaudit",
         )
+        assert kept.step is not None and bank.audit is not None  # a checkpoint has its step
         epoch = kept.step / steps_per_epoch(kept.recipe, kept.n_train)
         result.meta.update({
             "run": f"{cfg.name}@{label}", "checkpoint": label, "step": kept.step,

@@ -31,6 +31,7 @@ def model_accuracies(bank: SignalBank) -> list[dict[str, Any]]:
     Canaries are left out: a mislabelled canary is no measure of accuracy."""
     if bank.has_sequences:
         return _lm_losses(bank)
+    assert bank.labels is not None  # SignalBank.__post_init__ sets it
     correct = bank.predicted_classes(0) == bank.labels[None, :]
     kept = _not_canaries(bank)
     correct = correct[:, kept]
@@ -65,6 +66,7 @@ def target_fit(bank: SignalBank, target: int) -> dict[str, Any] | None:
     rows = np.flatnonzero(bank.membership[target] & _not_canaries(bank))
     if rows.size == 0:
         return None
+    assert bank.labels is not None  # SignalBank.__post_init__ sets it
     labels = bank.labels[rows]
     accuracy = float((bank.predicted_classes(0)[target, rows] == labels).mean())
     chance, floor = chance_floor(labels)
@@ -189,6 +191,7 @@ def evaluate_bank(
         get_attack(name)  # unknown names fail before any work
     attack_params = check_attack_params(attack_params)  # and so do their parameters
     view = TargetView.of(bank, target)
+    assert bank.audit is not None  # SignalBank.__post_init__ sets it
     members = bank.membership[target][bank.audit]
     if members.all() or not members.any():
         raise AttackError(

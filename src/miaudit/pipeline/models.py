@@ -3,6 +3,7 @@ loaded (with their checkpoints), and the calibration-via-forgetting copies of th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,8 +55,8 @@ def resolve_recipes(cfg: RunConfig) -> Recipes:
         named = isinstance(cfg.reference_recipe, str)
         where = f"recipes.{cfg.reference_recipe}" if named else "reference_recipe"
         reference = Recipe.from_dict(ref, where)
-        source = cfg.reference_recipe if named else "mapping"
-    return Recipes(target, reference, str(source))
+        source = str(cfg.reference_recipe) if named else "mapping"
+    return Recipes(target, reference, source)
 
 
 def check_labels(cfg: RunConfig, dataset: Dataset) -> None:
@@ -178,8 +179,8 @@ def forgetting_models(
         key = forgetting_key(target_key, dataset.fingerprint(), rows, recipe, seed)
         copies.append(cache.get_or_make(
             key,
-            lambda seed=seed: forget(target, recipe, dataset.features, dataset.labels, rows,
-                                     seed, device),
+            functools.partial(forget, target, recipe, dataset.features, dataset.labels, rows,
+                              seed, device),
             recipe=recipe, seed=seed, input_shape=target.input_shape,
             num_classes=dataset.num_classes, device=device,
             dataset_fingerprint=dataset.fingerprint(), indices=rows,

@@ -217,6 +217,8 @@ def query_bank(
         public = design.public_mask()
         membership = np.vstack([design.membership[[design.target]],
                                 np.repeat(public[None], len(copies), axis=0)])
+        assert bank.labels is not None and bank.audit is not None  # set by SignalBank
+        assert bank.population is not None
         forgetting_bank = assemble_bank(
             signals.take([design.target, *range(n, len(everyone))]), bank.labels, membership,
             bank.audit, bank.population, canary=bank.canary,
@@ -256,6 +258,7 @@ def lm_extras(cfg: RunConfig, dataset: Dataset, design: Design, target: Any
                                     max_positions(target), "dataset.max_length")
         if why:
             raise ConfigError(f"recall cannot run: {why}.")
+        assert prefix is not None  # fitted_prefix returns a prefix or why not
         # at most half a text's length (its end, which joins the text): each prefixed
         # forward costs P + L positions, so 1.5 plain forwards at most
         prefix = prefix[-max(1, int(dataset.features.shape[1]) // 2):]

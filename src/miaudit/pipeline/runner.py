@@ -69,6 +69,7 @@ def _split_check(cfg: RunConfig, built: BuiltBank) -> dict[str, Any] | None:
     if not cfg.metrics.split_check:
         return None
     bank = built.bank
+    assert bank is not None and bank.audit is not None  # build_bank queried the models
     rows = built.design.split.rows[bank.audit]  # dataset rows of the audit samples
     members = bank.membership[built.design.target][bank.audit]
     texts = None if built.texts is None else built.texts[rows]
@@ -149,6 +150,7 @@ def _run_into(
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     built = build_bank(cfg, progress)
+    assert built.bank is not None and built.bank.audit is not None  # query=True: a bank
     # where each of the design's models came from: a node of the Ray cluster, this machine
     # ("local") or the cache
     write_training_document(out, built.models)

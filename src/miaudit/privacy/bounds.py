@@ -88,8 +88,9 @@ def epsilon_from_rates(fpr_upper: ArrayLike, fnr_upper: ArrayLike, delta: float)
     max(0, log((1 − δ − FNR⁺)/FPR⁺), log((1 − δ − FPR⁺)/FNR⁺)). For callers that tabulate
     the Clopper–Pearson bounds once and evaluate many thresholds (a run's attacks)."""
     fpr_up, fnr_up = np.asarray(fpr_upper), np.asarray(fnr_upper)
-    return np.maximum(_log_ratio(1.0 - delta - fnr_up, fpr_up),
-                      _log_ratio(1.0 - delta - fpr_up, fnr_up))
+    result: np.ndarray = np.maximum(_log_ratio(1.0 - delta - fnr_up, fpr_up),
+                                    _log_ratio(1.0 - delta - fpr_up, fnr_up))
+    return result
 
 
 def _log_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:

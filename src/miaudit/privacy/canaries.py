@@ -44,8 +44,9 @@ _KINDS: Registry[CanaryKind] = Registry(
 )
 
 
-def register_canary_kind(name: str, description: str, secret_texts: bool = False,
-                         white_box: bool = False) -> Callable[[Callable], Callable]:
+def register_canary_kind(
+    name: str, description: str, secret_texts: bool = False, white_box: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a canary kind under ``name`` (run configs name it in ``canaries.kind``)."""
     return _KINDS.decorator(
         name, lambda relabel: CanaryKind(name, description, relabel, secret_texts, white_box))
@@ -70,7 +71,8 @@ def _mislabelled(labels: np.ndarray, num_classes: int, rng: np.random.Generator)
 
 @register_canary_kind("natural", "the rows as they are, with their true labels")
 def _natural(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
-    return labels.copy()
+    result: np.ndarray = labels.copy()
+    return result
 
 
 @register_canary_kind(
@@ -79,7 +81,8 @@ def _natural(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> 
     "'my account number is 4829 3301'; exposure and greedy extraction reported per canary",
     secret_texts=True)
 def _secret(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
-    return labels.copy()
+    result: np.ndarray = labels.copy()
+    return result
 
 
 @register_canary_kind(
@@ -88,7 +91,8 @@ def _secret(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> n
     "probability ½; scored from every iterate and from the final model "
     "(miaudit.train.gradient_canaries)", white_box=True)
 def _gradient(labels: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
-    return labels.copy()  # never called: gradient canaries take no rows
+    result: np.ndarray = labels.copy()  # never called: gradient canaries take no rows
+    return result
 
 
 def canary_labels(kind: str, labels: np.ndarray, num_classes: int, seed: int) -> np.ndarray:

@@ -113,7 +113,8 @@ def _rejects(m: int, r: int, v: int, mu: np.ndarray, alpha: float) -> np.ndarray
         hh[idx], rr[idx] = h_new, r_new
         # h unchanged: r is too, and so every later step; above the limit: rejected for good
         active[idx] = (h_new > h_old) & (r_new + h_new <= limit)
-    return rr + hh > limit
+    result: np.ndarray = rr + hh > limit
+    return result
 
 
 def _check_counts(m: Any, r: Any, v: Any) -> tuple[int, int, int]:

@@ -98,8 +98,9 @@ def mu_from_rates(fpr_upper: ArrayLike, fnr_upper: ArrayLike) -> np.ndarray:
     bounds once and evaluate many thresholds (a run's attacks)."""
     # Φ⁻¹(1 − p) = −ndtri(p), scipy.stats.norm.isf's own formula, without importing
     # scipy.stats; −ndtri(1) = −inf: a rate bounded only by 1 certifies nothing
-    return np.maximum(0.0, -special.ndtri(np.asarray(fpr_upper, dtype=np.float64))
-                      - special.ndtri(np.asarray(fnr_upper, dtype=np.float64)))
+    result: np.ndarray = np.maximum(0.0, -special.ndtri(np.asarray(fpr_upper, dtype=np.float64))
+                                    - special.ndtri(np.asarray(fnr_upper, dtype=np.float64)))
+    return result
 
 
 def gaussian_dp_from_counts(fp: int, n0: int, fn: int, n1: int, delta: float = 1e-5,

@@ -62,7 +62,8 @@ def _observed(record: GradientCanaryRecord, known_data: bool) -> np.ndarray:
     if record.data is None:
         raise ConfigError("known_data needs a record with the rows' part d (recorded by runs "
                           "since the dp-bugs study); this one has none.")
-    return record.projections - record.data
+    result: np.ndarray = record.projections - record.data
+    return result
 
 
 def estimated_noise(record: GradientCanaryRecord, known_data: bool = False) -> float:
@@ -91,7 +92,8 @@ def canary_scores(record: GradientCanaryRecord, threat_model: str = "every-itera
     a function of the output); a σ far from the real one only costs power. ``known_data``
     (every iterate only): score x − d, the adversary who knows the other rows (module doc)."""
     if threat_model == "final-model":
-        return record.initial - record.final
+        result: np.ndarray = record.initial - record.final
+        return result
     if threat_model != "every-iterate":
         raise ConfigError(f"threat_model must be 'every-iterate' or 'final-model', "
                           f"got {threat_model!r}.")
@@ -99,10 +101,11 @@ def canary_scores(record: GradientCanaryRecord, threat_model: str = "every-itera
         raise ConfigError(f"score must be one of {SCORES}, got {score!r}.")
     x = _observed(record, known_data)
     if score == "sum":
-        return x.sum(axis=0)
+        result = x.sum(axis=0)
+        return result
     q = record.sample_rate
     if noise == "estimated":
-        sigma = estimated_noise(record, known_data)
+        sigma: float | np.ndarray = estimated_noise(record, known_data)
     elif noise == "per-step":
         sigma = _per_step_noise(x, record.noise_multiplier)[:, None]
     elif noise == "claimed":
@@ -116,8 +119,10 @@ def canary_scores(record: GradientCanaryRecord, threat_model: str = "every-itera
         raise ConfigError("the likelihood score needs a noise multiplier > 0; use score='sum'.")
     a = (x - 0.5) / sigma**2  # log N(x; 1, σ²) − log N(x; 0, σ²)
     if q >= 1.0:
-        return a.sum(axis=0)
-    return np.logaddexp(math.log1p(-q), math.log(q) + a).sum(axis=0)
+        result = a.sum(axis=0)
+        return result
+    result = np.logaddexp(math.log1p(-q), math.log(q) + a).sum(axis=0)
+    return result
 
 
 def _per_step_noise(x: np.ndarray, claimed: float) -> np.ndarray:
@@ -127,7 +132,8 @@ def _per_step_noise(x: np.ndarray, claimed: float) -> np.ndarray:
     if x.size == 0:
         return np.full(x.shape[0], claimed)
     mad = np.median(np.abs(x - np.median(x, axis=1, keepdims=True)), axis=1)
-    return np.maximum(1.4826 * mad, 1e-3 * claimed)
+    result: np.ndarray = np.maximum(1.4826 * mad, 1e-3 * claimed)
+    return result
 
 
 @dataclass(frozen=True)

@@ -68,11 +68,13 @@ def _p_values(m: int, r: int, v: int, eps: np.ndarray, delta: float) -> np.ndarr
     q = special.expit(eps)  # accuracy of ε-DP randomized response
     beta = stats.binom.sf(v - 1, r, q)  # P[W̃ ≥ v]
     if delta == 0.0 or v == 0:
-        return beta
+        result: np.ndarray = beta
+        return result
     # P[v − i ≤ W̃ < v] for i = 1..v: the pmf summed from v − 1 downwards
     below = np.cumsum(stats.binom.pmf(np.arange(v - 1, -1, -1)[None, :], r, q[:, None]), axis=1)
     worst = np.max(below / np.arange(1, v + 1), axis=1)
-    return np.minimum(1.0, beta + 2.0 * m * delta * worst)
+    result = np.minimum(1.0, beta + 2.0 * m * delta * worst)
+    return result
 
 
 def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) -> float:

@@ -78,7 +78,8 @@ class SecretFormat:
     @property
     def space_size(self) -> int:
         """|R| = |alphabet|^k (an exact Python int: it may exceed int64)."""
-        return len(self.alphabet) ** self.slots
+        result: int = len(self.alphabet) ** self.slots
+        return result
 
     @property
     def log2_space(self) -> float:

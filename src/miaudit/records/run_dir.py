@@ -100,7 +100,7 @@ def _leftovers(out: Path, marker: str) -> list[tuple[Path, int]]:
     return found
 
 
-def clean_stale_staging(out: str | os.PathLike) -> list[Path]:
+def clean_stale_staging(out: str | os.PathLike[str]) -> list[Path]:
     """Remove staging folders of `out` left by processes that no longer run (killed runs);
     return them. A staging folder is never read back, only deleted."""
     out = Path(out).absolute()
@@ -112,7 +112,7 @@ def clean_stale_staging(out: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def recover_run_dir(out: str | os.PathLike) -> list[str]:
+def recover_run_dir(out: str | os.PathLike[str]) -> list[str]:
     """Put right what a killed run left of `out` (see the module's docstring): the whole old
     run back, or the whole new run kept; staging folders and set-aside folders deleted.
     Only ever called under `out`'s lock (no live run is writing it), so every leftover is a
@@ -158,7 +158,7 @@ def _carry(src: Path, dst: Path) -> None:
         _link_or_copy(src, dst)
 
 
-def _link_or_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+def _link_or_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     try:
         os.link(src, dst)
     except OSError:
@@ -333,8 +333,8 @@ class StagedRunDir:
 
     def __init__(
         self,
-        out: str | os.PathLike,
-        keep: tuple[str | os.PathLike, ...] = (),
+        out: str | os.PathLike[str],
+        keep: tuple[str | os.PathLike[str], ...] = (),
         *,
         command: str | None = None,
         name: str = "",

@@ -71,7 +71,8 @@ def _dump(obj: Any) -> str:
     try:
         import yaml
 
-        return yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+        result: str = yaml.safe_dump(obj, sort_keys=False, default_flow_style=False)
+        return result
     except ImportError:  # pragma: no cover - pyyaml is a dependency
         return json.dumps(obj, indent=2)
 

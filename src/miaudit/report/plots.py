@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -25,6 +26,11 @@ from miaudit.metrics import roc
 from miaudit.records.outcomes import AuditResult
 from miaudit.report.table import STRONGEST_MARK, fpr_label, reported_fprs
 from miaudit.verdict.strength import ranked
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from miaudit.records.outcomes import AttackOutcome
 
 MIN_FPR = 1e-5
 _LEGEND_INSIDE_MAX = 5
@@ -195,7 +201,7 @@ _RANK_BINS = 20  # ~5% of the samples per bin: smooth at a few hundred per group
 _PANEL_W, _PANEL_H, _SUPTITLE_H = 4.4, 3.0, 0.75
 _LEFT, _RIGHT, _ABOVE, _BELOW = 0.62, 0.13, 0.5, 0.45
 _GROUPS = (("members", _MEMBER_COLOR), ("non-members", _NONMEMBER_COLOR))
-_FLAT = {"color": "0.45", "lw": 0.8, "ls": "--"}
+_FLAT: dict[str, Any] = {"color": "0.45", "lw": 0.8, "ls": "--"}
 
 
 def rank_histogram(ranks: np.ndarray) -> np.ndarray:
@@ -204,7 +210,7 @@ def rank_histogram(ranks: np.ndarray) -> np.ndarray:
     return counts / max(1, ranks.size)
 
 
-def _hist_panel(ax, title: str, scores: np.ndarray, members: np.ndarray,
+def _hist_panel(ax: Axes, title: str, scores: np.ndarray, members: np.ndarray,
                 legend: bool = True) -> None:
     """Members vs non-members over the scores' normalised ranks (share of each group per
     bin), each group one filled step patch with its outline (`Axes.stairs` of precomputed
@@ -251,7 +257,7 @@ def _hist_panel(ax, title: str, scores: np.ndarray, members: np.ndarray,
                   frameon=False, borderaxespad=0.1, handlelength=1.5, columnspacing=1.0)
 
 
-def _panel_title(outcome, mark: bool) -> str:
+def _panel_title(outcome: AttackOutcome, mark: bool) -> str:
     auc = outcome.metrics.auc
     title = f"{outcome.name} {STRONGEST_MARK}" if mark else outcome.name
     return title + (f"   AUC {fmt_auc(auc)}" if auc is not None else "")

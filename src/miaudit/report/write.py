@@ -12,7 +12,7 @@ import csv
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -72,7 +72,8 @@ def _check(result: AuditResult) -> None:
 def metrics_document(result: AuditResult) -> dict[str, Any]:
     """``{attack: metrics + {"cost": ...}}`` as written to metrics.json, from each attack's
     typed record (:meth:`~miaudit.records.outcomes.AttackOutcome.metrics_entry`)."""
-    return _strict({o.name: o.metrics_entry() for o in result.outcomes})
+    returned: dict[str, Any] = _strict({o.name: o.metrics_entry() for o in result.outcomes})
+    return returned
 
 
 def read_metrics(path: str | Path) -> dict[str, tuple[AttackMetrics, AttackCost]]:
@@ -168,7 +169,7 @@ def write_report(
     result: AuditResult,
     out_dir: str | Path,
     *,
-    extra_figures: dict[str, Figure | bytes] | None = None,
+    extra_figures: Mapping[str, Figure | bytes] | None = None,
     run_files: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write the report files into ``out_dir`` (created if needed); return ``{name: path}``.
@@ -189,10 +190,10 @@ def write_report(
     # scores.csv is formatted by pyarrow without the GIL: on a second core, while the figures
     # are drawn (its errors surface at .result(), before anything is written)
     with ThreadPoolExecutor(1, thread_name_prefix="scores-csv") as pool:
-        table_csv = pool.submit(scores_csv, result)
+        table_future = pool.submit(scores_csv, result)
         figures = {"roc": roc_png(result), "histograms": histograms_png(result), **extras}
         page = render_html(result, figures)
-        table_csv = table_csv.result()
+        table_csv = table_future.result()
     paths = {
         "metrics": out_dir / "metrics.json",
         "scores": out_dir / "scores.csv",

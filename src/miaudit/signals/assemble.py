@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
@@ -100,7 +100,8 @@ class Signals:
                        seq_lengths=self.seq_lengths)
 
 
-Model = torch.nn.Module | np.ndarray  # a module to query, or its logits [N, Q, C] on the rows
+# a module to query, or its logits [N, Q, C] on the rows
+Model: TypeAlias = torch.nn.Module | np.ndarray
 
 
 def query_signals(
@@ -137,6 +138,7 @@ def query_signals(
     parts, k = [], 0
     for model in models:
         if isinstance(model, torch.nn.Module):
+            assert queried is not None  # queried: the modules among the models
             parts.append(queried[k])
             k += 1
         else:
@@ -314,7 +316,7 @@ def lm_signals(
 
 def assemble_bank(
     signals: Signals, labels: np.ndarray, membership: np.ndarray, audit: np.ndarray,
-    population: np.ndarray, texts: Sequence[str] | None = None,
+    population: np.ndarray, texts: Sequence[str] | np.ndarray | None = None,
     canary: np.ndarray | None = None,
 ) -> SignalBank:  # fmt: skip
     """The bank of ``signals`` under a membership design: ``labels`` [N] of the bank rows,
@@ -323,11 +325,12 @@ def assemble_bank(
     [N] marks one-run auditing's canary rows (None: none)."""
     sizes = dict(zip(TEXT_KEYS, text_sizes(list(texts)), strict=True)) if texts is not None else {}
     seq: dict[str, Any] = {}
+    bank_labels: np.ndarray | None = labels
     if signals.has_sequences:  # the bank derives its logits (labels all 0: the true class)
         seq = {k: getattr(signals, k)
                for k in (*SEQUENCE_KEYS, "seq_lengths", *SEQUENCE_EXTRA_KEYS, TOP1_KEY)}
-        labels = None
-    return SignalBank(logits=signals.logits, labels=labels, membership=membership,
+        bank_labels = None
+    return SignalBank(logits=signals.logits, labels=bank_labels, membership=membership,
                       population=population, audit=audit, canary=canary,
                       channels=dict(signals.channels), **sizes, **seq)
 

@@ -15,6 +15,7 @@ import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -117,19 +118,19 @@ class SignalBank:
 
     @property
     def n_models(self) -> int:
-        return self.logits.shape[0]
+        return int(_present(self.logits).shape[0])
 
     @property
     def n_samples(self) -> int:
-        return self.logits.shape[1]
+        return int(_present(self.logits).shape[1])
 
     @property
     def n_queries(self) -> int:
-        return self.logits.shape[2]
+        return int(_present(self.logits).shape[2])
 
     @property
     def n_classes(self) -> int:
-        return self.logits.shape[3]
+        return int(_present(self.logits).shape[3])
 
     @property
     def has_sequences(self) -> bool:
@@ -161,7 +162,8 @@ class SignalBank:
             cached = total / self.seq_lengths[None, :]
             cached.flags.writeable = False
             self.__dict__["_sequence_loglik"] = cached
-        return cached
+        loglik: np.ndarray = cached
+        return loglik
 
     def predicted_classes(self, query: int = 0) -> np.ndarray:
         """Each model's predicted class (argmax logit, the first on ties) under ``query``,
@@ -172,15 +174,16 @@ class SignalBank:
         if key not in self.__dict__:
             known = self._statistics.predicted(query)
             self.__dict__[key] = known if known is not None else model_by_model(
-                self.logits, lambda z: z[:, query].argmax(-1))
-        return self.__dict__[key]
+                _present(self.logits), lambda z: z[:, query].argmax(-1))
+        predicted: np.ndarray = self.__dict__[key]
+        return predicted
 
     @property
     def statistics(self) -> PagedStatistics:
         """Per-model, per-sample, per-query statistics (loss, LiRA's phi, ...), computed once."""
         return self._statistics
 
-    def replace(self, **changes: object) -> SignalBank:
+    def replace(self, **changes: Any) -> SignalBank:
         """A validated copy with some arrays replaced (e.g. another membership or mask).
         Derived logits are derived again (from the copy's sequences) unless replaced."""
         if self._logits_derived and "logits" not in changes:
@@ -189,10 +192,10 @@ class SignalBank:
                 changes["labels"] = None
         return dataclasses.replace(self, **changes)
 
-    def save(self, path: str | os.PathLike, compressed: bool = False) -> Path:
+    def save(self, path: str | os.PathLike[str], compressed: bool = False) -> Path:
         """Write the bank atomically (a crash never leaves a truncated bank behind)."""
         path = Path(path)
-        arrays = {
+        arrays: dict[str, Any] = {  # keyword arguments of numpy.savez
             "logits": self.logits,
             "labels": self.labels,
             "membership": self.membership,
@@ -221,7 +224,7 @@ class SignalBank:
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> SignalBank:
+    def load(cls, path: str | os.PathLike[str]) -> SignalBank:
         """Read a bank.npz, with a clear error for a missing, corrupt or incomplete file.
 
         Logits stored uncompressed (``numpy.savez``, what :meth:`save` writes) are mapped
@@ -237,7 +240,7 @@ class SignalBank:
                 f"bank file {path} cannot be read ({exc}); it is not a valid .npz — "
                 "re-create it with numpy.savez or `miaudit run`."
             ) from exc
-        required = _REQUIRED_KEYS
+        required: tuple[str, ...] = _REQUIRED_KEYS
         if "seq_token_logprob" in arrays and "logits" not in arrays:
             required = ("membership",)  # a sequence bank: logits and labels are derived
         missing = [k for k in required if k not in arrays]
@@ -257,6 +260,7 @@ class SignalBank:
         channels = {
             k[len(CHANNEL_PREFIX):]: v for k, v in arrays.items() if k.startswith(CHANNEL_PREFIX)
         }
+        sequences: dict[str, Any] = {k: arrays.get(k) for k in _SEQUENCE_OPTIONAL}
         return cls(
             logits=arrays.get("logits"),
             labels=arrays.get("labels"),
@@ -265,13 +269,13 @@ class SignalBank:
             audit=arrays.get("audit"),
             canary=arrays.get("canary"),
             channels=channels,
-            **{k: arrays.get(k) for k in _SEQUENCE_OPTIONAL},
+            **sequences,
         )
 
 
 def validate_bank(bank: SignalBank) -> None:
     """Raise BankError naming the first problem found, and how to fix it."""
-    logits, labels, membership = bank.logits, bank.labels, bank.membership
+    logits, labels, membership = _present(bank.logits), _present(bank.labels), bank.membership
     if logits.ndim != 4:
         raise BankError(
             f"logits must have shape [M, N, Q, C] (models, samples, queries, classes); got "
@@ -299,11 +303,11 @@ def validate_bank(bank: SignalBank) -> None:
     if membership.dtype != bool and not np.isin(membership, (0, 1)).all():
         raise BankError("membership must be boolean (or 0/1).")
     # a model at a time: no [M, N, Q, C] temporary, mapped pages given back
-    bad = model_by_model(logits, lambda z: z.size - np.count_nonzero(np.isfinite(z)))
-    if bad.any():
+    non_finite = model_by_model(logits, lambda z: z.size - np.count_nonzero(np.isfinite(z)))
+    if non_finite.any():
         raise BankError(
-            f"{int(bad.sum())} logits are NaN or infinite (models "
-            f"{np.flatnonzero(bad)[:10].tolist()}); "
+            f"{int(non_finite.sum())} logits are NaN or infinite (models "
+            f"{np.flatnonzero(non_finite)[:10].tolist()}); "
             "the model diverged or the export is broken — retrain or re-export those models."
         )
     for name in ("population", "audit", "canary"):
@@ -337,6 +341,13 @@ def validate_bank(bank: SignalBank) -> None:
             )
         if not np.isfinite(values).all():
             raise BankError(f"channel '{key}' holds NaN or infinite values.")
+
+
+def _present(array: np.ndarray | None) -> np.ndarray:
+    """An optional field the code already relies on being set (the logits and labels once
+    `__post_init__` derived or checked them; the sequences once `_prepare_sequences` did)."""
+    assert array is not None
+    return array
 
 
 def valid_positions(lengths: np.ndarray, width: int) -> np.ndarray:
@@ -446,7 +457,7 @@ def _prepare_sequences(bank: SignalBank) -> None:
 
 def _prepare_sequence_extras(bank: SignalBank, valid: np.ndarray) -> None:
     """Convert and validate the optional arrays of the calibrated LM attacks."""
-    m, n, width = bank.seq_token_logprob.shape
+    m, n, width = _present(bank.seq_token_logprob).shape
     for key, shape in ((PREFIX_KEY, (m, n, width)), (BASE_KEY, (n, width))):
         value = getattr(bank, key)
         if value is None:
@@ -491,7 +502,7 @@ def _prepare_top1(bank: SignalBank, valid: np.ndarray) -> None:
     if value is None:
         return
     value = np.asarray(value)
-    shape = bank.seq_token_logprob.shape
+    shape = _present(bank.seq_token_logprob).shape
     if value.shape != shape:
         raise BankError(f"{TOP1_KEY} must have the shape of seq_token_logprob, {shape} "
                         f"[M, N, T]; got {value.shape}.")

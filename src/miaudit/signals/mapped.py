@@ -33,7 +33,7 @@ _LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature ... file name length, ext
 _PASS_BYTES = 64 * 2**20
 
 
-def read_arrays(path: str | os.PathLike, mapped: Iterable[str] = ()) -> dict[str, np.ndarray]:
+def read_arrays(path: str | os.PathLike[str], mapped: Iterable[str] = ()) -> dict[str, np.ndarray]:
     """Every array of the .npz at `path`; those named in `mapped` are mapped (copy-on-write)
     from the file where their member is stored uncompressed (else read, as `numpy.load` does)."""
     arrays: dict[str, np.ndarray] = {}
@@ -46,7 +46,7 @@ def read_arrays(path: str | os.PathLike, mapped: Iterable[str] = ()) -> dict[str
     return arrays
 
 
-def _map_member(path: str | os.PathLike, info: zipfile.ZipInfo) -> np.ndarray | None:
+def _map_member(path: str | os.PathLike[str], info: zipfile.ZipInfo) -> np.ndarray | None:
     """The .npy member `info` of the zip at `path` as an array on a private mapping of the
     file, or None when it cannot be mapped as it is (compressed, unusual dtype or layout)."""
     if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:  # 0x1: encrypted
@@ -80,7 +80,7 @@ def _map_member(path: str | os.PathLike, info: zipfile.ZipInfo) -> np.ndarray | 
 
 def mapping_of(array: np.ndarray) -> mmap.mmap | None:
     """The file mapping `array` views (through its bases), or None for an ordinary array."""
-    base = array
+    base: object = array
     while isinstance(base, np.ndarray):
         base = base.base
     if isinstance(base, memoryview):  # numpy.frombuffer keeps a memoryview of the mapping

@@ -240,7 +240,9 @@ def make_query(name: str, n_rows: int, kind: str, width: int = 0) -> QueryFn:
         return _mirror
     padding = crop_flip_padding(name)
     if padding is not None:
-        return _crop_flip(int(_CROP_FLIP.match(name).group(2)), n_rows, padding)
+        crop = _CROP_FLIP.match(name)
+        assert crop is not None  # crop_flip_padding matched it
+        return _crop_flip(int(crop.group(2)), n_rows, padding)
     shift = _TRANSLATE.match(name)
     if shift and int(shift.group(2) or 1) >= 1:
         return _translate(int(shift.group(2) or 1), shift.group(3) == "dr", bool(shift.group(1)))
@@ -388,7 +390,7 @@ def per_sample_grad_norms(
     params = {k: v.detach() for k, v in module.named_parameters()}
     buffers = {k: v.detach() for k, v in module.named_buffers()}
 
-    def sample_loss(p: dict, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+    def sample_loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
         out = torch.func.functional_call(module, (p, buffers), (xi.unsqueeze(0),))
         return torch.nn.functional.cross_entropy(out, yi.unsqueeze(0))
 

@@ -162,7 +162,7 @@ def pass_threads() -> int:
     caller's ``torch.set_num_threads`` applies), else the CPUs this process may run on."""
     torch = sys.modules.get("torch")
     if torch is not None:
-        return max(1, torch.get_num_threads())
+        return max(1, int(torch.get_num_threads()))
     affinity = getattr(os, "sched_getaffinity", None)
     return max(1, len(affinity(0)) if affinity else (os.cpu_count() or 1))
 
@@ -201,7 +201,7 @@ class StatisticCache:
 
     @property
     def n_samples(self) -> int:
-        return self._logits.shape[1]
+        return int(self._logits.shape[1])
 
     def predicted(self, query: int = 0) -> np.ndarray | None:
         """Every model's predicted class (argmax logit, the first on ties) under `query`,
@@ -224,7 +224,8 @@ class StatisticCache:
         if name not in STATISTICS:
             raise KeyError(f"unknown statistic '{name}'; known: {sorted(STATISTICS)}")
         if name == "prob_true":  # exp(-loss): derived, not stored (saves a pass and memory)
-            return np.exp(-self.get("loss", models, samples))
+            prob_true: np.ndarray = np.exp(-self.get("loss", models, samples))
+            return prob_true
         rows = self._ensure(name, models)
         values, shared = self._rows(self._values[name], rows, samples)
         if shared:

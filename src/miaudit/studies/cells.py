@@ -53,7 +53,8 @@ class Cell:
     @property
     def params(self) -> dict[str, Any]:
         """A fresh (mutable) copy of the parameters."""
-        return json.loads(self._params)
+        result: dict[str, Any] = json.loads(self._params)
+        return result
 
     def key(self) -> str:
         """sha256 of the canonical JSON of study and parameters."""

@@ -112,7 +112,9 @@ def list_studies() -> list[Study]:
 OPEN_SECTIONS = ("datasets.",)
 
 
-def merge_config(base: Mapping[str, Any], overrides: Mapping[str, Any], where: str = "") -> dict:
+def merge_config(
+    base: Mapping[str, Any], overrides: Mapping[str, Any], where: str = ""
+) -> dict[str, Any]:
     """``base`` with ``overrides`` applied recursively; a key ``base`` lacks is an error (so a
     typo never silently does nothing), except below a mapping that is empty in ``base`` and in
     an open section (``datasets``: a new dataset entry)."""
@@ -161,7 +163,8 @@ def load_study_config(study_dir: str | Path) -> dict[str, Any]:
     path = Path(study_dir) / CONFIG_FILE
     if not path.exists():
         raise StudyError(f"{path} does not exist: run the study into {study_dir} first.")
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    result: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return result
 
 
 def default_study_dir(name: str, size: str) -> Path:

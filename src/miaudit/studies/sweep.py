@@ -26,7 +26,10 @@ import pandas as pd
 from miaudit.io import atomic_path, write_json
 from miaudit.records.columns import canonical_tpr_column, canonical_tpr_columns
 from miaudit.runtime.progress import bars_enabled, progress_bar, progress_on, quiet
-from miaudit.studies.cells import Cell, StudyError, Work, canonical  # noqa: F401  (re-exported)
+from miaudit.studies.cells import Cell as Cell  # re-exported, as are the three below
+from miaudit.studies.cells import StudyError as StudyError
+from miaudit.studies.cells import Work as Work
+from miaudit.studies.cells import canonical as canonical
 from miaudit.studies.executors import get_executor
 
 log = logging.getLogger(__name__)

@@ -270,7 +270,7 @@ def train_model_airbench(
                              **recipe.arch_params)  # fmt: skip
         assert isinstance(module, Airbench94)
         module.to(device).train()
-        optimizer = make_optimizer(recipe, param_groups(module, recipe))  # type: ignore[arg-type]
+        optimizer = make_optimizer(recipe, param_groups(module, recipe))
         # Their order: the lookahead average starts from the weights before whitening.
         lookahead = Lookahead(module)
         module.init_whitening(rows.x[:WHITEN_IMAGES])

@@ -292,7 +292,8 @@ def _ray_train_task(task: dict[str, Any], features: np.ndarray, labels: np.ndarr
     models = parallel.train_group(task, x, y, device)
 
     def pack(state: Mapping[str, torch.Tensor]) -> bytes:
-        return save({k: v.detach().cpu().contiguous() for k, v in state.items()})
+        result: bytes = save({k: v.detach().cpu().contiguous() for k, v in state.items()})
+        return result
 
     return {
         "node": ray.get_runtime_context().get_node_id(),
@@ -438,7 +439,7 @@ def training_document(models: Sequence[TrainedModel]) -> dict[str, Any]:
     loaded from the cache), its device, training seconds (0 for a cache hit: nothing trained
     in this run), whether it came from the cache and how many models trained with it as one
     stacked model (``stack``: 1 alone; None for a cache hit); with counts per node."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, model in enumerate(models):
         hit = bool(model.from_cache)
         rows.append({

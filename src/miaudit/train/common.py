@@ -16,6 +16,7 @@ import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,7 +43,7 @@ class TrainedModel:
     losses: list[float] = field(default_factory=list)  # mean training loss of each epoch
     from_cache: bool = False
     # DP-SGD models only: epsilon_spent, delta, noise_multiplier, max_grad_norm, ... (dp.py)
-    privacy: dict | None = None
+    privacy: dict[str, Any] | None = None
     # A checkpoint of a longer run: the optimizer steps it had taken (None: the final model).
     step: int | None = None
     # Weights kept during training: {step: state dict on the CPU} (see checkpoints.py) ...
@@ -157,4 +158,5 @@ def predict_logits(
                     outs.append(module(xb).float())
     finally:
         module.train(was_training)
-    return torch.cat(outs).cpu().numpy().astype(np.float32, copy=False)
+    result: np.ndarray = torch.cat(outs).cpu().numpy().astype(np.float32, copy=False)
+    return result

@@ -312,7 +312,8 @@ def _make_private(
                     engine, search, impl)  # fmt: skip
 
 
-def _privacy_record(recipe: Recipe, private: _Private, steps: int, sample_rate: float) -> dict:
+def _privacy_record(recipe: Recipe, private: _Private, steps: int, sample_rate: float
+                    ) -> dict[str, Any]:  # fmt: skip
     """What the run spent (by its own accountant) and how: :attr:`TrainedModel.privacy`."""
     dp = dict(recipe.dp or {})
     with warnings.catch_warnings():
@@ -398,7 +399,7 @@ def train_model_dp(
     return result.model(0, plain, recipe, seed, n, rows.n_classes, input_shape, privacy)
 
 
-def privacy_at(privacy: dict, step: int) -> dict:
+def privacy_at(privacy: dict[str, Any], step: int) -> dict[str, Any]:
     """The privacy record of a checkpoint after ``step`` of a run whose record is
     ``privacy``: the same noise and sampling, the epsilon of ``step`` steps by a fresh
     accountant of the same kind."""

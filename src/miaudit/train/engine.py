@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -155,7 +155,7 @@ class LoopResult:
     steps: int  # optimizer steps taken
 
     def model(self, k: int, module: nn.Module, recipe: Recipe, seed: int, n_train: int,
-              num_classes: int, input_shape: tuple[int, ...], privacy: dict | None = None,
+              num_classes: int, input_shape: tuple[int, ...], privacy: dict[str, Any] | None = None,
               ) -> TrainedModel:  # fmt: skip
         """Model ``k`` of the run as a :class:`TrainedModel` (``module`` in eval mode). Its
         ``train_seconds`` is its share of the run's, so ``samples_per_second`` is the run's."""

@@ -244,7 +244,8 @@ def _probe(module: nn.Module, x: torch.Tensor, y: torch.Tensor, max_grad_norm: f
         module.train(was_training)
     flat = torch.cat([grads[k].reshape(len(rows), -1) for k in names], dim=1)
     clip = (max_grad_norm / (flat.norm(dim=1, keepdim=True) + 1e-6)).clamp(max=1.0)
-    return (flat * clip).abs().mean(dim=0).double().cpu().numpy()
+    result: np.ndarray = (flat * clip).abs().mean(dim=0).double().cpu().numpy()
+    return result
 
 
 class CanaryHook:
@@ -297,7 +298,8 @@ class CanaryHook:
         # what one sampled canary adds: its raw norm, clipped to C unless the run skips it
         norm = self.owner.norm
         self.weight = self.C * (min(norm, 1.0) if clipping else norm)
-        self.shuffled_steps, self.step, self.slot = shuffled_steps, 0, None
+        self.shuffled_steps, self.step = shuffled_steps, 0
+        self.slot: torch.Tensor | None = None  # each canary's step of this epoch (shuffled)
 
     def after_clipping(self) -> None:
         """The rows' part d of this step (before the canaries go in), then the canaries."""
@@ -315,6 +317,7 @@ class CanaryHook:
         if k:  # shuffled batches: one uniformly random step of each epoch
             if self.step % k == 0:
                 self.slot = torch.randint(k, (self.owner.count,), generator=self.gen)
+            assert self.slot is not None  # drawn at step 0
             coin = (self.slot == self.step % k).to(self.device)
         else:
             coin = torch.rand(self.owner.count, generator=self.gen).to(self.device) < self.q

@@ -287,8 +287,8 @@ class ModelCache:
         with trainer.cpu_threads(1 if torch.device(device).type == "cpu" else None):
             model = dp.train_model_dp(recipe, features, labels, indices, seed, device,
                                       n_classes, progress, gradient_canaries=canaries)
+        assert canaries.record is not None  # train_model_dp's finish() left it
         record = canaries.record
-        assert record is not None  # train_model_dp's finish() left it
         model.node, model.device = "local", torch.device(device).type
         # the record first, the entry's json (naming its hash) last: an entry exists only
         # with its record

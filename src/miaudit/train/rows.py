@@ -7,13 +7,14 @@ by :mod:`miaudit.train.trainer`, where they lived first.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 import torch
 
 from miaudit.errors import ConfigError
 
-ArrayLike = np.ndarray | torch.Tensor
+ArrayLike: TypeAlias = np.ndarray | torch.Tensor
 
 
 def as_device_tensor(

@@ -199,7 +199,8 @@ class StackedStrategy:
         return [float(v) for v in losses]
 
     def snapshots(self) -> list[dict[str, torch.Tensor]]:
-        return self.net.state_dicts()
+        result: list[dict[str, torch.Tensor]] = self.net.state_dicts()
+        return result
 
     def resume(self) -> None:
         pass

@@ -84,7 +84,8 @@ def bytes_per_model(recipe: Recipe, input_shape: tuple[int, ...], num_classes: i
         module.eval()(torch.zeros(2, *input_shape))  # eval: BatchNorm takes a batch of 2
     for hook in hooks:
         hook.remove()
-    return 4 * (weights + 2 * sum(sizes) * recipe.batch_size)
+    result: int = 4 * (weights + 2 * sum(sizes) * recipe.batch_size)
+    return result
 
 
 class _MaskedDropout(nn.Module):
@@ -199,7 +200,8 @@ class FunctionalStack:
         """Each model's logits ``[K, B, classes]`` of its batch ``x [K, B, ...]``; updates the
         BatchNorm buffers in train mode."""
 
-        def one(params: dict, buffers: dict, xb: torch.Tensor, ms: list) -> torch.Tensor:
+        def one(params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
+                xb: torch.Tensor, ms: list[torch.Tensor]) -> torch.Tensor:
             for layer, mask in zip(self.dropouts, ms, strict=True):
                 layer.mask = mask
             try:
@@ -279,7 +281,8 @@ class FunctionalStrategy:
         return [float(v) for v in losses]
 
     def snapshots(self) -> list[dict[str, torch.Tensor]]:
-        return self.net.state_dicts()
+        result: list[dict[str, torch.Tensor]] = self.net.state_dicts()
+        return result
 
     def resume(self) -> None:
         pass

@@ -47,6 +47,16 @@ from miaudit.train.rows import (  # noqa: F401  (re-exported: trainer.check_indi
     training_rows,
 )
 
+# What other modules import from here: its own names and those it re-exports.
+__all__ = [
+    "AUTO_STACK", "CPU_STACK", "GPU_MAX_STACK", "GPU_MEMORY_SHARE", "GPU_REMOTE_BYTES",
+    "LARGE_ARCHITECTURES", "MAX_STACK", "STACK_ENV", "ArrayLike", "EpochCallback", "EpochInfo",
+    "ModelCallback", "TrainedModel", "as_device_tensor", "check_indices", "cpu_threads",
+    "derive_seeds", "gather_rows", "infer_num_classes", "isolated_rng", "lr_at",
+    "make_optimizer", "predict_logits", "snapshot", "stack_size", "train_model",
+    "train_models", "training_rows",
+]
+
 log = logging.getLogger(__name__)
 
 

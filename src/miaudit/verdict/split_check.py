@@ -161,7 +161,8 @@ def _cross_fitted(x: Any, members: np.ndarray, make: Any, seed: int
 
 
 def split_check(members: np.ndarray, *, features: np.ndarray | None = None,
-                labels: np.ndarray | None = None, texts: Sequence[str] | None = None,
+                labels: np.ndarray | None = None,
+                texts: Sequence[str] | np.ndarray | None = None,
                 metric_cfg: MetricsConfig | None = None, seed: int = 0,
                 max_rows: int = MAX_ROWS) -> dict[str, Any]:
     """The split check of one audit: ``members`` bool [n] over the audit rows, with the rows'
@@ -202,7 +203,7 @@ def _load_libraries() -> None:
 
 
 def _split_check(members: np.ndarray, features: np.ndarray | None, labels: np.ndarray | None,
-                 texts: Sequence[str] | None, metric_cfg: MetricsConfig, seed: int,
+                 texts: Sequence[str] | np.ndarray | None, metric_cfg: MetricsConfig, seed: int,
                  max_rows: int, start: float) -> dict[str, Any]:
     rows = _subsample(members, seed, max_rows)
     m = members[rows]

@@ -64,6 +64,7 @@ def score_attack(
     if threshold_references:
         view = view_with(bank, target, threshold_references)
         threshold = public_threshold(name, view, params)
+        assert bank.audit is not None and bank.population is not None  # set by SignalBank
         public = ~bank.audit & ~bank.population & view.reference_available[0]
         shadow = view.as_shadow(0)
         known = view.reference_membership[0][public]
@@ -119,6 +120,7 @@ def ratio_rows(scored: Scored, ratio: float, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {"n_members": int(m.sum()), "n_nonmembers": int((~m).sum()),
                            "acc": None, "threshold": None}
     if scored.shadow_scores is not None:
+        assert scored.shadow_members is not None  # they come with the shadow's scores
         shadow_keep = subsample_members(scored.shadow_members, ratio, rng)
         tau = metrics.best_accuracy_threshold(scored.shadow_scores[shadow_keep],
                                               scored.shadow_members[shadow_keep])

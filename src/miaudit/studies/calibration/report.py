@@ -290,7 +290,7 @@ def dp_figure(table: pd.DataFrame, path: Path) -> pd.DataFrame:
     for eps in eps_values:
         sel = dp["epsilon"].isna() if pd.isna(eps) else dp["epsilon"] == eps
         m = models[sel.loc[models.index]]
-        entry = {"epsilon": "none" if pd.isna(eps) else f"{eps:g}",
+        entry: dict[str, Any] = {"epsilon": "none" if pd.isna(eps) else f"{eps:g}",
                  "ε spent": mean_std(m["epsilon_spent"]) if "epsilon_spent" in m else "-",
                  "train acc": mean_std(m["train_acc"]), "test acc": mean_std(m["test_acc"])}
         for attack in ("loss", "calibrated-loss"):

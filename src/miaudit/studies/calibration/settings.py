@@ -146,6 +146,7 @@ def figure_dataset(config: dict[str, Any]) -> str:
     choices = [choices] if isinstance(choices, str) else list(choices)
     for name in choices:
         if name in config["datasets"] and _present(name):
-            return name
+            result: str = name
+            return result
     raise StudyError(f"none of figure_dataset {choices} is defined and present; fetch one "
                      "(miaudit data fetch NAME) or change figure_dataset.")

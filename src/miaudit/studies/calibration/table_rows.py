@@ -97,11 +97,11 @@ def main_rows(params: dict[str, Any]) -> list[dict[str, Any]]:
     for attack in CURVE_ATTACKS:
         rows += [r for r in _curves(scored[attack], attack) if r["section"] == "roc"]
         for ratio in params["ratios"]:
-            result = ratio_rows(scored[attack], float(ratio), int(params["run"]["seed"]))
+            by_ratio = ratio_rows(scored[attack], float(ratio), int(params["run"]["seed"]))
             rows += [{"section": "pr", "attack": attack, "ratio": float(ratio), **p}
-                     for p in result.pop("pr")]
+                     for p in by_ratio.pop("pr")]
             rows.append({"section": "ratio", "attack": attack, "ratio": float(ratio),
-                         **result})
+                         **by_ratio})
     return rows
 
 

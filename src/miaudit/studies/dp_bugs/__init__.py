@@ -72,7 +72,8 @@ def check_setup(name: str, setups: dict[str, Any]) -> dict[str, Any]:
     missing = [k for k in _SPEC_KEYS if k not in setups[name]]
     if missing:
         raise StudyError(f"setup {name!r} lacks {', '.join(missing)}.")
-    return setups[name]
+    result: dict[str, Any] = setups[name]
+    return result
 
 
 def cells(config: dict[str, Any]) -> list[Cell]:
@@ -186,6 +187,7 @@ def work(cell: Cell) -> list[dict[str, Any]]:
                                   gradient_canaries=canaries, implementation=p["implementation"])
     train_s = time.perf_counter() - start
     record = canaries.record
+    assert record is not None  # the training run recorded the canaries' gradients
     white = gradient_canary_audit(record, p["guesses"], p["delta"], p["alpha"],
                                   noise="per-step", known_data=True)
     module = model.module.eval()
@@ -197,6 +199,7 @@ def work(cell: Cell) -> list[dict[str, Any]]:
     black = _bounds(-losses.double().numpy(), data["included"], p["black_box_guesses"],
                     p["delta"], p["alpha"])
     privacy = model.privacy
+    assert privacy is not None  # a DP training run reports its privacy
     claim = float(privacy["epsilon_spent"])
     found = {
         THREAT_MODELS[0]: _from_threat_model(white.every_iterate, record, p["guesses"]),

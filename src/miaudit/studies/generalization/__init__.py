@@ -86,7 +86,7 @@ def sample_recipes(config: dict[str, Any]) -> list[dict[str, Any]]:
         raise StudyError(f"many_model.recipes = {want}, but the knobs allow only {space} "
                          "distinct recipes; add values or ask for fewer.")
     seen: set[str] = set()
-    recipes = []
+    recipes: list[dict[str, Any]] = []
     while len(recipes) < want:
         draw = {k: knobs[k][int(rng.integers(len(knobs[k])))] for k in names}
         recipe = _recipe_with(spec["base_recipe"], **draw)
@@ -106,7 +106,8 @@ def _expected_cost(cell: Cell) -> float:
             else 2.5 if recipe.get("augment") or (recipe.get("arch_params") or {}).get("dropout")
             else 1.0)
     width = (recipe.get("arch_params") or {}).get("hidden", 256)
-    return float(recipe.get("epochs", 20)) * slow * (200 + width)
+    result: float = float(recipe.get("epochs", 20)) * slow * (200 + width)
+    return result
 
 
 def make_cells(config: dict[str, Any]) -> list[Cell]:

@@ -110,9 +110,11 @@ def train_pool(
 def query_pool(pool: Pool, models: Sequence[TrainedModel]) -> np.ndarray:
     """Logits float32 [M, P, Q, C] of the models on the pool."""
     spec = SignalSpec(queries=pool.queries)
-    return query_signals([tm.module for tm in models], pool.dataset.features,
-                         pool.dataset.labels, pool.rows, pool.dataset.kind, spec, pool.device,
-                         progress=False).logits
+    logits = query_signals([tm.module for tm in models], pool.dataset.features,
+                           pool.dataset.labels, pool.rows, pool.dataset.kind, spec, pool.device,
+                           progress=False).logits
+    assert logits is not None  # a classifier's signals hold its logits
+    return logits
 
 
 def make_bank(pool: Pool, logits: np.ndarray) -> SignalBank:
@@ -135,6 +137,7 @@ def model_stats(bank: SignalBank) -> list[dict[str, float]]:
     """Per model: accuracy and mean cross-entropy on its members (train) and on the pool's
     other half (test), from the plain query; the gaps are train - test accuracy and
     test - train loss (the generalization paper's eq. 3-4)."""
+    assert bank.logits is not None and bank.labels is not None  # set by SignalBank
     logits = bank.logits[:, :, 0, :].astype(np.float64)
     top = logits.max(axis=-1, keepdims=True)
     log_norm = np.log(np.exp(logits - top).sum(axis=-1)) + top[..., 0]

@@ -255,7 +255,7 @@ def early_stopping_figure(table: pd.DataFrame, attack: str) -> Figure | None:
     twin.plot(g.index, g[TPR1], "v:", color="C4", label="TPR @ 1% FPR")
     twin.set_ylabel(f"{attack} TPR (%)")
     lines = ax.get_lines() + twin.get_lines()
-    ax.legend(lines, [line.get_label() for line in lines], fontsize=8, loc="center right")
+    ax.legend(lines, [str(line.get_label()) for line in lines], fontsize=8, loc="center right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

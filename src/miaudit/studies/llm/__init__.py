@@ -104,7 +104,7 @@ def _models_at(built: Any, epochs: int) -> list[Any]:
     return [m.checkpoints[label] for m in built.models]
 
 
-def _epochs_rows(cfg: Any, built: Any, epochs: int, base: Any) -> tuple[list[dict], Any]:
+def _epochs_rows(cfg: Any, built: Any, epochs: int, base: Any) -> tuple[list[dict[str, Any]], Any]:
     """Query and score the models after ``epochs`` epochs; ``base``: the base model's token
     log-probabilities from an earlier checkpoint of the run (the same rows, the same base: not
     queried again), None to query them. Returns the rows and the base channel."""

@@ -43,7 +43,7 @@ IMAGE_QUERIES = augmented_queries(8)
 # The CPU Fashion-MNIST recipe's augmentation: mirror and 1-pixel shifts. Chosen on target
 # accuracy alone, on the development seeds 100-101 (never a reported repetition), before any
 # attack ran on it; docs/studies/rapid/recipe.md has the measurement and the rule.
-FASHION_AUGMENT: list = [{"name": "crop", "padding": 1}, "mirror"]
+FASHION_AUGMENT: list[dict[str, Any] | str] = [{"name": "crop", "padding": 1}, "mirror"]
 
 _TABULAR_MLP = {"architecture": "mlp", "arch_params": {"hidden": 256}, "optimizer": "sgd",
                 "lr": 0.1, "epochs": 40, "batch_size": 64}

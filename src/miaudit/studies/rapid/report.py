@@ -65,7 +65,7 @@ def paper_table() -> pd.DataFrame:
                                                 "value"])
 
 
-def _order(values: pd.Series) -> list:
+def _order(values: pd.Series) -> list[Any]:
     return list(pd.unique(values))
 
 
@@ -112,7 +112,7 @@ def ablation_table(table: pd.DataFrame, axis: str) -> pd.DataFrame:
     return _summary(rows.sort_values([axis], kind="stable"), ["dataset", axis, "attack"])
 
 
-def _augment(value: Any) -> list:
+def _augment(value: Any) -> list[Any]:
     """A cell's ``setup.recipe.augment`` as a list (results.csv holds its repr; absent: [])."""
     if isinstance(value, str):
         value = ast.literal_eval(value)

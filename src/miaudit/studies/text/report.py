@@ -33,7 +33,7 @@ from miaudit.formatting import (
     pct_mean_std,
 )
 from miaudit.io import write_text
-from miaudit.records.outcomes import ci_columns
+from miaudit.records.columns import ci_columns
 from miaudit.studies.intervals import t_interval
 from miaudit.studies.rapid.report import FPRS, PAPER, PAPER_NUMBERS, TPR01, TPR1
 
@@ -80,8 +80,8 @@ def _figure(rows: pd.DataFrame, column: str, rate: bool) -> str:
         text = (fmt_pct(mean) + "%") if rate else fmt_auc(mean)
         return text + ("" if math.isnan(lo) else fmt_ci((lo, hi), fmt))
     row = rows.iloc[0]
-    lo, hi = ci_columns(column)
-    ci = None if pd.isna(row.get(lo)) else (row[lo], row[hi])
+    lo_column, hi_column = ci_columns(column)
+    ci = None if pd.isna(row.get(lo_column)) else (row[lo_column], row[hi_column])
     return pct_ci(row[column], ci) if rate else fmt_auc(row[column]) + fmt_ci(ci, fmt_auc)
 
 
@@ -246,7 +246,8 @@ def _with_ci(rows: pd.DataFrame, column: str, fmt: Any) -> str:
     lo, hi = ci_columns(column)
     ci = None if pd.isna(row.get(lo)) else (row[lo], row[hi])
     if fmt is pct_ci:
-        return pct_ci(row[column], ci)
+        result: str = pct_ci(row[column], ci)
+        return result
     return fmt_auc(row[column]) + fmt_ci(ci, fmt_auc)
 
 
