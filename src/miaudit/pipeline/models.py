@@ -76,7 +76,7 @@ def check_labels(cfg: RunConfig, dataset: Dataset) -> None:
 
 def checkpoint_spec(cfg: RunConfig) -> CheckpointSpec | None:
     """The config's checkpoints, or None when it keeps none."""
-    spec = CheckpointSpec(cfg.checkpoints.epochs, cfg.checkpoints.steps)
+    spec = CheckpointSpec(tuple(cfg.checkpoints.epochs), tuple(cfg.checkpoints.steps))
     return spec or None
 
 

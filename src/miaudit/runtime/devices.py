@@ -18,7 +18,7 @@ unchanged (and does nothing special) on a CPU-only machine:
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from miaudit.errors import ConfigError
 
@@ -65,7 +65,8 @@ def is_cuda(device: str | torch.device) -> bool:
     """Whether ``device`` names a CUDA device (``cuda``, ``cuda:1``, ...)."""
     import torch
 
-    return torch.device(device).type == "cuda"
+    found: bool = torch.device(device).type == "cuda"
+    return found
 
 
 def pins_for(tensor: torch.Tensor, device: str | torch.device) -> bool:
@@ -103,7 +104,8 @@ def check_precision(precision: str, device: str | torch.device) -> None:
         raise ConfigError(f"precision bf16 on device '{torch.device(device)}': {BF16_NOT_NATIVE}.")
 
 
-def autocast(device: str | torch.device, precision: str) -> contextlib.AbstractContextManager:
+def autocast(device: str | torch.device, precision: str
+             ) -> contextlib.AbstractContextManager[Any]:  # fmt: skip
     """The context a forward pass and loss of ``precision`` run in on ``device``: nothing for
     ``fp32``, the device's bfloat16 autocast for ``bf16`` (refused where it is not native, see
     :func:`check_precision`)."""
@@ -112,4 +114,6 @@ def autocast(device: str | torch.device, precision: str) -> contextlib.AbstractC
         return contextlib.nullcontext()
     import torch
 
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+    context: contextlib.AbstractContextManager[Any] = torch.autocast(
+        torch.device(device).type, dtype=torch.bfloat16)
+    return context

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import numbers
+import operator
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -51,12 +52,12 @@ REGULARISING_ARCH_PARAMS = ("dropout", "conv_dropout", "fc_dropout")
 
 def _whole_at_least_one(value: Any) -> bool:
     return (isinstance(value, numbers.Real) and not isinstance(value, bool)
-            and float(value).is_integer() and value >= 1)
+            and float(value).is_integer() and float(value) >= 1)
 
 
 def _finite_positive(value: Any) -> bool:
     return (isinstance(value, numbers.Real) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
+            and math.isfinite(value) and float(value) > 0)
 
 
 # The fields without which a recipe cannot train at all: the test, what the value must be (and
@@ -157,7 +158,8 @@ class FrozenParams(Mapping[str, Any]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Mapping):
-            return _thaw(self) == {k: _thaw(_freeze(v, k)) for k, v in other.items()}
+            same: bool = _thaw(self) == {k: _thaw(_freeze(v, k)) for k, v in other.items()}
+            return same
         return NotImplemented
 
     def __repr__(self) -> str:
@@ -181,7 +183,7 @@ class Recipe:
     # DP-SGD (Opacus) settings, or None for ordinary training; see DP_DEFAULTS / check_dp.
     dp: Mapping[str, Any] | None = None
     # Batch augmentation steps, e.g. ("crop", "mirror"); see miaudit.train.augment. Image data only.
-    augment: tuple = ()
+    augment: tuple[Any, ...] = ()
     # Cross-entropy label smoothing in [0, 1) (F.cross_entropy's label_smoothing); 0: none.
     label_smoothing: float = 0.0
     # "fp32", or "bf16": forward pass and loss under bfloat16 autocast (weights, gradients and
@@ -374,9 +376,13 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"{name} {value!r} is unknown; use one of {', '.join(choices)}.")
 
 
-def _coerce(f: dataclasses.Field, value: Any) -> Any:
+def _coerce(f: dataclasses.Field[Any], value: Any) -> Any:
     """Check ``value`` against the type of the field's default; ints become floats if needed."""
-    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    else:  # every recipe field has a default or a factory
+        assert f.default_factory is not dataclasses.MISSING
+        default = f.default_factory()
     bad = ConfigError(
         f"recipe field {f.name!r} must be {type(default).__name__}, got {value!r} "
         f"({type(value).__name__})."
@@ -392,10 +398,11 @@ def _coerce(f: dataclasses.Field, value: Any) -> Any:
     if isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise bad
-        if not isinstance(value, numbers.Integral):
-            if not float(value).is_integer():
-                raise bad
-        return int(value)
+        if isinstance(value, numbers.Integral):
+            return operator.index(value)
+        if not float(value).is_integer():
+            raise bad
+        return int(float(value))
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise bad
