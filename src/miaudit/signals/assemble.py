@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from miaudit.errors import ConfigError
-from miaudit.runtime.devices import check_precision
 from miaudit.runtime.malloc import keep_freed_memory
 from miaudit.runtime.progress import progress_bar
 from miaudit.signals.bank import (
@@ -34,7 +33,7 @@ from miaudit.signals.bank import (
 )
 from miaudit.signals.boundary import boundary_channels
 from miaudit.signals.defences import apply_defence
-from miaudit.signals.query import per_sample_grad_norms, query_logits
+from miaudit.signals.query import model_precisions, per_sample_grad_norms, query_logits
 from miaudit.signals.sequence import text_sizes
 from miaudit.signals.sequence_reader import SequenceReader
 
@@ -257,11 +256,7 @@ def lm_signals(
         if prefix.numel() == 0 or bool((prefix == pad).any()):
             raise ConfigError("the ReCaLL prefix must hold at least one token and no pad id.")
         arrays[PREFIX_KEY] = np.zeros(shape, dtype=np.float32)
-    precisions = [precision] * len(models) if isinstance(precision, str) else list(precision)
-    if len(precisions) != len(models):
-        raise ConfigError(f"got {len(precisions)} precisions for {len(models)} models.")
-    for name in sorted(set(precisions)):
-        check_precision(name, device)
+    precisions = model_precisions(precision, len(models), device)
     queried: list[tuple[int | None, Any]] = list(enumerate(models))
     if base is not None:
         queried.append((None, base))

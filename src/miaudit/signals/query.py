@@ -266,6 +266,18 @@ def _queued_event(device: str | torch.device) -> torch.cuda.Event:
     return done
 
 
+def model_precisions(precision: str | Sequence[str], n_models: int,
+                     device: str | torch.device) -> list[str]:
+    """One precision per model (``precision``: one for all, or one each), every one checked
+    on ``device`` (:func:`~miaudit.runtime.devices.check_precision`)."""
+    precisions = [precision] * n_models if isinstance(precision, str) else list(precision)
+    if len(precisions) != n_models:
+        raise ConfigError(f"got {len(precisions)} precisions for {n_models} models.")
+    for name in sorted(set(precisions)):
+        check_precision(name, device)
+    return precisions
+
+
 def query_logits(
     modules: Sequence[torch.nn.Module],
     features: np.ndarray,
@@ -293,11 +305,7 @@ def query_logits(
     """
     width = features.shape[1] if features.ndim == 2 else 0
     fns = [make_query(q, len(features), kind, width) for q in queries]
-    precisions = [precision] * len(modules) if isinstance(precision, str) else list(precision)
-    if len(precisions) != len(modules):
-        raise ConfigError(f"got {len(precisions)} precisions for {len(modules)} models.")
-    for name in sorted(set(precisions)):
-        check_precision(name, device)
+    precisions = model_precisions(precision, len(modules), device)
     for module in modules:
         module.eval().to(device)
     cuda = is_cuda(device)
