@@ -63,6 +63,8 @@ TRAINER_CODE: dict[str, str] = {
     "miaudit.runtime.devices": "precision: whether a step runs under bf16 autocast",
     "miaudit.train.forgetting": "the fine-tuning that makes forgetting copies",
     "miaudit.models.registry": "how an architecture is built from its name and params",
+    "miaudit.models.architectures": "which factory builds each built-in architecture name",
+    "miaudit.models.names": "the causal-LM architectures (they pick the training loss)",
     "miaudit.models.mlp": "the mlp architecture and its initialisation",
     "miaudit.models.cnn": "the CNN architectures and their initialisation",
     "miaudit.models.airbench": "airbench94's network and its whitening initialisation",
@@ -86,7 +88,8 @@ TRAINER_CODE: dict[str, str] = {
 # in one of the two lists: a new training module must be placed).
 NOT_TRAINER_CODE: dict[str, str] = {
     "miaudit.train": "the package: re-exports",
-    "miaudit.models": "the package: re-exports and imports the architecture modules",
+    "miaudit.models": "the package: the registry and the architectures' declarations, the "
+                      "base-model helpers loaded on first use",
     "miaudit.train.model_cache":
         "storage only: a change to what it stores or how bumps CACHE_FORMAT",
     "miaudit.train.ledger": "counts models planned and stored",

@@ -1,17 +1,16 @@
-"""Model architectures, by name: ``build_model("mlp", (40,), 100, hidden=128)``."""
+"""Model architectures, by name: ``build_model("mlp", (40,), 100, hidden=128)``.
 
-from miaudit.models import (  # noqa: F401  (modules register their factories)
-    airbench,
-    cnn,
-    hf,
-    hf_lm,
-    mlp,
-    pretrained,
-    resnet,
-    text,
-    user,
-)
-from miaudit.models.pretrained import list_base_models, load_base_model, resolve_base_model
+Importing the package loads no torch: the built-in architectures are declared by name
+(:mod:`miaudit.models.architectures`) and each one's module is imported when a model of it is
+first built; the base-model helpers of :mod:`miaudit.models.pretrained` load on first use
+(PEP 562), so that a config check (``check_model_params``) stays torch-free."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from miaudit.models import architectures  # noqa: F401  (declares the built-in architectures)
 from miaudit.models.registry import (
     build_model,
     check_model_params,
@@ -19,6 +18,25 @@ from miaudit.models.registry import (
     model_params,
     register_model,
 )
+
+if TYPE_CHECKING:
+    from miaudit.models.pretrained import list_base_models, load_base_model, resolve_base_model
+
+# public name -> the module that defines it (imports torch)
+_HOMES = {
+    "list_base_models": "pretrained", "load_base_model": "pretrained",
+    "resolve_base_model": "pretrained",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # once
+    return value
+
 
 __all__ = [
     "build_model",

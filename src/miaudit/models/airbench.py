@@ -36,7 +36,6 @@ from torch import Tensor, nn
 
 from miaudit.errors import ConfigError
 from miaudit.models.cnn import image_shape
-from miaudit.models.registry import register_model
 
 ARCH = "airbench94"
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
@@ -184,7 +183,7 @@ def _numbers(name: str, values: Sequence[float], count: int, positive: bool
     return out
 
 
-@register_model(ARCH)
+# architecture 'airbench94': declared in miaudit.models.architectures
 def airbench94(
     input_shape: tuple[int, ...],
     num_classes: int,

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from torch import Tensor, nn
 
 from miaudit.errors import ConfigError
-from miaudit.models.registry import register_model
 
 
 def image_shape(input_shape: tuple[int, ...], arch: str) -> tuple[int, int, int]:
@@ -92,7 +91,7 @@ def check_rate(name: str, value: float) -> float:
     return value
 
 
-@register_model("mnist-cnn")
+# architecture 'mnist-cnn': declared in miaudit.models.architectures
 def mnist_cnn(
     input_shape: tuple[int, ...],
     num_classes: int,
@@ -147,7 +146,7 @@ class CifarCNN(nn.Module):
         return self.head(self.drop(self.features(x)))
 
 
-@register_model("cifar-cnn")
+# architecture 'cifar-cnn': declared in miaudit.models.architectures
 def cifar_cnn(
     input_shape: tuple[int, ...],
     num_classes: int,

@@ -47,7 +47,6 @@ from torch import Tensor, nn
 
 from miaudit.errors import ConfigError, DataError
 from miaudit.models.pretrained import quiet_transformers as _quiet
-from miaudit.models.registry import register_model
 from miaudit.models.text import TokenizedText, _check_texts, token_ids
 
 CLASSIFIER, CAUSAL_LM = "sequence-classification", "causal-lm"
@@ -581,7 +580,7 @@ def _load_adapter_model(folder: HFFolder, token_pad: int) -> HFCausalLM:
     return result
 
 
-@register_model("hf")
+# architecture 'hf': declared in miaudit.models.architectures
 def hf(
     input_shape: tuple[int, ...],
     num_classes: int,

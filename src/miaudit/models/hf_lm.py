@@ -34,7 +34,6 @@ from miaudit.models.pretrained import (
     load_base_model,
     resolve_base_model,
 )
-from miaudit.models.registry import register_model
 
 ARCHITECTURE = "hf-causal-lm"
 # LoRA's defaults (Hu et al. 2021: r 8 on the attention's query and value projections); the
@@ -143,7 +142,7 @@ class FineTunedCausalLM(HFCausalLM):
         return super().load_state_dict(state_dict, strict=False, assign=assign)
 
 
-@register_model(ARCHITECTURE)
+# architecture 'hf-causal-lm': declared in miaudit.models.architectures
 def hf_causal_lm(
     input_shape: tuple[int, ...],
     num_classes: int,

@@ -8,7 +8,6 @@ from torch import Tensor, nn
 
 from miaudit.errors import ConfigError
 from miaudit.models.cnn import check_rate
-from miaudit.models.registry import register_model
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
@@ -36,7 +35,7 @@ class MLP(nn.Module):
         return self.head(self.drop(self.act(self.hidden(self.flatten(x)))))
 
 
-@register_model("mlp")
+# architecture 'mlp': declared in miaudit.models.architectures
 def mlp(
     input_shape: tuple[int, ...],
     num_classes: int,

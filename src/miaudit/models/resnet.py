@@ -7,7 +7,6 @@ from torch.nn import functional as F
 
 from miaudit.errors import ConfigError
 from miaudit.models.cnn import _Unsqueeze, image_shape
-from miaudit.models.registry import register_model
 
 
 class BasicBlock(nn.Module):
@@ -61,7 +60,7 @@ class ResNet(nn.Module):
         return self.linear(out)
 
 
-@register_model("resnet18")
+# architecture 'resnet18': declared in miaudit.models.architectures
 def resnet18(input_shape: tuple[int, ...], num_classes: int, width: int = 64) -> nn.Module:
     """CIFAR ResNet-18 (He et al., 2016): 64-128-256-512 channels for the default width."""
     channels = image_shape(input_shape, "resnet18")[0]

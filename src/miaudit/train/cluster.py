@@ -16,12 +16,14 @@ device, seconds, losses, checkpoint snapshots); this process rebuilds the module
 each group to ``on_group`` as it arrives, so the driver writes the model cache (no shared
 filesystem) and a model stored before a failure or an interrupt is kept: a rerun trains only
 what was lost. Ray retries a task whose worker or node died (``max_retries``) and one that
-raised a system error (:data:`RETRYABLE`), never one that raised anything else (a bad
+raised a system error (:func:`retryable`), never one that raised anything else (a bad
 config fails the same way every time); a group that keeps failing raises
 :class:`RayTrainingError` with its jobs and the worker's error.
 
 Ray is optional (``pip install 'miaudit[ray]'``): it is imported by the functions that use it,
-never by this module, so the local path and ``import miaudit`` do not load it.
+never by this module, so the local path and ``import miaudit`` do not load it. Torch and the
+local trainer are imported by the functions that train too: a config check reads
+:class:`Compute` without loading them.
 :func:`training_document` (no Ray either) records where each model of a run came from.
 """
 
@@ -35,23 +37,38 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from miaudit.errors import ClusterConnectionError, ConfigError, MiauditError
 from miaudit.runtime.local_ray import LOCAL_RAY_ADDRESS, loopback_only
-from miaudit.train import parallel
 from miaudit.train.checkpoints import CheckpointSpec
-from miaudit.train.common import TrainedModel
 from miaudit.train.recipe import Recipe
 
+if TYPE_CHECKING:
+    import torch
+
+    from miaudit.train.common import TrainedModel
+
+    RETRYABLE: tuple[type[BaseException], ...]  # retryable(), by module __getattr__
+
 EXECUTORS = ("local", "ray")
-# Exceptions a worker may raise that another try can cure (a full disk or GPU, a dropped
-# connection); anything else is the job's own error and fails every try alike.
-RETRYABLE: tuple[type[BaseException], ...] = (OSError, MemoryError, torch.cuda.OutOfMemoryError)
 INSTALL_HINT = "pip install 'miaudit[ray]'"
+
+
+def retryable() -> tuple[type[BaseException], ...]:
+    """Exceptions a worker may raise that another try can cure (a full disk or GPU, a dropped
+    connection); anything else is the job's own error and fails every try alike."""
+    import torch
+
+    return (OSError, MemoryError, torch.cuda.OutOfMemoryError)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RETRYABLE":  # the constant it was, without torch at import (PEP 562)
+        return retryable()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -62,7 +79,7 @@ class Compute:
     For ``ray``: ``address`` ``None`` starts a local instance on loopback (this machine's
     usable cores); ``"auto"`` or ``"ray://host:port"`` joins an existing cluster. Each task
     (a stacked group, or one unstackable model) asks Ray for ``cpus_per_model`` CPUs and
-    ``gpus_per_model`` GPUs; a task whose worker dies or that raises a :data:`RETRYABLE`
+    ``gpus_per_model`` GPUs; a task whose worker dies or that raises a :func:`retryable`
     error is tried again up to ``max_retries`` times.
     """
 
@@ -157,6 +174,8 @@ def ray_session(compute: Compute) -> Iterator[Any]:
     """Ray, connected for ``compute``: the instance already initialised in this process if
     there is one (left running), else one started (local, loopback only) or joined here and
     shut down on exit."""
+    from miaudit.train import parallel
+
     ray = ray_module()
     if ray.is_initialized():
         yield ray
@@ -272,9 +291,11 @@ def _ray_train_task(task: dict[str, Any], features: np.ndarray, labels: np.ndarr
     """A Ray task: train one group (``parallel.train_group``) on the device Ray gave it; each
     model's weights and snapshots as safetensors bytes, with plain metadata."""
     import ray
+    import torch
     from safetensors.torch import save
 
     from miaudit.cache import code_version
+    from miaudit.train import parallel
 
     start = time.perf_counter()
     digest = code_version.trainer_digest()
@@ -330,6 +351,8 @@ def _rebuild(result: Mapping[str, Any], recipe: Recipe, device: torch.device
              ) -> list[TrainedModel]:  # fmt: skip
     from safetensors.torch import load
 
+    from miaudit.train import parallel
+
     return [
         parallel.rebuild(
             entry["fields"],
@@ -368,7 +391,10 @@ def train_groups_on_ray(
     Each of ``RayRun.tasks``: node, device, models, ``task_seconds`` (the worker's),
     ``round_trip_seconds`` (submitted to rebuilt here) and ``result_bytes``.
     """
+    import torch
+
     from miaudit.cache import code_version
+    from miaudit.train import parallel
 
     device = torch.device(device)
     x = np.ascontiguousarray(features.detach().cpu().numpy())
@@ -377,7 +403,7 @@ def train_groups_on_ray(
     x_ref, y_ref = ray.put(x), ray.put(y)  # once: every task gets the refs
     remote = ray.remote(_ray_train_task).options(
         num_cpus=compute.cpus_per_model, num_gpus=compute.gpus_per_model,
-        max_retries=int(compute.max_retries), retry_exceptions=list(RETRYABLE),
+        max_retries=int(compute.max_retries), retry_exceptions=list(retryable()),
         scheduling_strategy="SPREAD",
     )  # fmt: skip
     pending: dict[Any, tuple[list[int], float]] = {}
