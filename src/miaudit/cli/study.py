@@ -19,6 +19,15 @@ def cmd_study(args: argparse.Namespace) -> int:
     if args.ray_address and args.executor != "ray":
         raise StudyError("--ray-address only applies to --executor ray.")
     executor = get_executor(args.executor, args.workers, address=args.ray_address)
+    if not args.quiet:  # before any cell: how long the cells still to run should take here
+        from miaudit.studies.estimate import estimate_study
+
+        estimate = estimate_study(args.name, args.size, args.config, args.out)
+        if estimate is not None:
+            if args.executor == "ray":
+                estimate.notes.append("measured on this machine; with --executor ray the "
+                                      "cells run on the cluster's devices.")
+            print(estimate.describe(), flush=True)
     table, study_dir = run_study(args.name, args.size, args.config, executor, args.out,
                                  progress=not args.quiet)
     print(f"{len(table)} result rows: {study_dir / 'results.csv'}; summary in {study_dir}")
@@ -47,5 +56,8 @@ def register(subparsers: Any) -> None:
                        help="worker processes (local) or CPUs of a local Ray instance "
                        "(default: the usable cores)")
     study.add_argument("--out", help="study folder (default runs/studies/NAME-SIZE)")
-    study.add_argument("--quiet", action="store_true", help="no progress output")
+    study.add_argument("--quiet", action="store_true",
+                       help="no progress output and no time estimate (a study that declares "
+                       "its cells' runs, e.g. rapid, otherwise times a few training steps on "
+                       "this device and prints the expected time before the first cell)")
     study.set_defaults(fn=cmd_study)

@@ -9,6 +9,7 @@ A study is one :class:`Study`, registered where it is defined::
         cells=make_cells,                         # config dict -> list[Cell]
         work=run_cell,                            # Cell -> list[dict]; a top-level function
         summarize=write_summary,                  # (table, study_dir) -> None
+        run_configs=cell_runs,                    # optional: a cell's params -> its runs
     ))
 
 :func:`run_study` resolves the config (the size's config, then a YAML file's overrides), writes
@@ -51,8 +52,10 @@ class Study:
     """A study: its ``name`` (``miaudit study NAME``), a one-line ``description``, its
     ``configs`` (exactly :data:`SIZES`), ``cells`` (config -> cells), ``work`` (a cell -> rows;
     registered, a module-level function, which worker processes import by name) and
-    ``summarize`` (the table and the study folder -> the summary files). Checked on
-    construction."""
+    ``summarize`` (the table and the study folder -> the summary files). Optional
+    ``run_configs``: a cell's parameters -> the pipeline run configs whose banks its work
+    builds; with it, ``miaudit study`` prints the expected time before the first cell runs
+    (:mod:`miaudit.studies.estimate`). Checked on construction."""
 
     name: str
     description: str
@@ -60,6 +63,7 @@ class Study:
     cells: Callable[[dict[str, Any]], list[Cell]]
     work: Work
     summarize: Callable[[pd.DataFrame, Path], None]
+    run_configs: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -70,6 +74,9 @@ class Study:
         for part in ("cells", "work", "summarize"):
             if not callable(getattr(self, part)):
                 raise StudyError(f"study {self.name!r}: {part} must be a function.")
+        if self.run_configs is not None and not callable(self.run_configs):
+            raise StudyError(f"study {self.name!r}: run_configs must be a function (a cell's "
+                             "parameters -> its pipeline run configs) or None.")
         # frozen: each size's config copied once, so a caller's dict cannot change it later
         object.__setattr__(self, "configs", {k: dict(v) for k, v in self.configs.items()})
 

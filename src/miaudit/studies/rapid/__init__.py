@@ -17,6 +17,15 @@ scores every attack on sub-banks of that one bank:
 * DP-SGD cells: the target and its references trained with ``dp: {epsilon: E}`` (the attacker
   mimics the target's training), main setting only.
 
+A setup may name its ``dataset`` (default: the setup's own name) and its ``design`` (default
+``offline``). The paper config holds one ``online`` setup, ``cifar10-lira``
+(:mod:`miaudit.studies.rapid.lira`): CIFAR-10 with 64 airbench94 reference models, scored
+online and offline beside the figures of the LiRA authors' code; it runs alone with
+``miaudit study rapid --size paper --config docs/studies/rapid/lira-cell.yaml`` on a GPU (no
+GPU figure recorded yet). ``miaudit study rapid`` prints the expected time of the cells still
+to run before the first one starts, from a few training steps timed on the device
+(:mod:`miaudit.studies.estimate`; ``--quiet``: no estimate).
+
 Rows carry the attack's cost (models it uses, queries per sample, training seconds of those
 models, scoring seconds; RAPID's includes its scorer's 150 epochs: the study runs the paper's
 recipe, `attacks.rapid.PAPER_RECIPE`). Tables, figures and the paper's figures beside ours:
@@ -31,6 +40,7 @@ import numpy as np
 
 from miaudit.attacks.rapid import PAPER_RECIPE
 from miaudit.signals.query import augmented_queries, training_queries
+from miaudit.studies.rapid.lira import LIRA_SETUP
 from miaudit.studies.rapid.report import FPRS, summarize
 from miaudit.studies.registry import Study, register_study
 from miaudit.studies.sweep import Cell
@@ -85,9 +95,9 @@ def run_config(params: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": f"rapid-{params['dataset']}",
         "seed": int(params["rep"]),
-        "dataset": {"name": params["dataset"]},
+        "dataset": {"name": setup.get("dataset", params["dataset"])},
         "split": dict(setup["split"]),
-        "design": "offline",
+        "design": setup.get("design", "offline"),
         "models": 1 + max(params["references"]),
         "recipe": recipe,
         "signals": {"queries": list(setup["queries"])},
@@ -97,6 +107,11 @@ def run_config(params: dict[str, Any]) -> dict[str, Any]:
         "metrics": {"bootstrap": int(params["bootstrap"])},
         "device": params.get("device", "cpu"),
     }
+
+
+def cell_runs(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The one run whose bank a cell builds (``Study.run_configs``: the time estimate)."""
+    return [run_config(params)]
 
 
 def settings(params: dict[str, Any]) -> list[tuple[int, int]]:
@@ -238,6 +253,8 @@ _PAPER_SETUPS = {
                         "split": {"audit": 20000, "public": 20000, "population": 10000}},
     "texas-health": {**SETUPS["texas-health"],
                      "split": {"audit": 20000, "public": 20000, "population": 10000}},
+    # Not in the paper's datasets: the LiRA cell, run alone (docs/studies/rapid/lira-cell.yaml)
+    "cifar10-lira": LIRA_SETUP,
 }
 
 _PAPER = {
@@ -261,4 +278,5 @@ STUDY_RAPID = register_study(Study(
     cells=cells,
     work=work,
     summarize=summarize,
+    run_configs=cell_runs,
 ))

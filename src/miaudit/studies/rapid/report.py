@@ -20,6 +20,7 @@ from miaudit.formatting import markdown_table, mean_std, pct_mean_std
 from miaudit.io import atomic_open, write_text
 from miaudit.records.columns import tpr_column
 from miaudit.report.plots import figure_png
+from miaudit.studies.rapid.lira import lira_section, lira_table
 
 # the FPRs results.csv records a TPR at (with its interval); tables recorded before the one
 # spelling named these columns tpr_0.1% and tpr_1% (miaudit.records.columns reads them)
@@ -314,6 +315,10 @@ def summarize(table: pd.DataFrame, study_dir: Path) -> None:
         parts += [f"\n## {title}\n", markdown_table(frame, floatfmt=".3g")]
         if name == "queries":
             parts += ["", *query_notes(table)]
+    lira = lira_table(table)
+    if not lira.empty:
+        lira.to_csv(study_dir / "lira.csv", index=False)
+        parts += lira_section(table)
     figures = {
         "main": _bar_figure(table),
         "references": _line_figure(table, "n_references", "reference models",
