@@ -4,7 +4,10 @@
 - :func:`run` runs a configured audit (``miaudit run``, writes the run directory);
 - :func:`audit` audits a model trained elsewhere (``miaudit audit``): the model and data may be
   what the command line takes (files, import paths, dataset names) or objects in memory;
-- :func:`strongest` / :func:`ranked`: the attacks in the report's order of strength.
+- :func:`strongest` / :func:`ranked`: the attacks in the report's order of strength;
+- :func:`evaluate_attacks` (with :class:`EvaluationOptions`): attacks scored and evaluated on
+  a bank in memory, the typed entry point the studies call (re-exported from
+  :mod:`miaudit.pipeline.evaluate`).
 
 Each returns an :class:`~miaudit.records.outcomes.AuditResult` (``to_frame()``, per attack
 ``outcome.metrics`` and ``outcome.cost``, typed and frozen). The command line is a parser over
@@ -28,11 +31,30 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from miaudit.config import MetricsConfig, RunConfig
+    from miaudit.pipeline.evaluate import EvaluationOptions as EvaluationOptions
+    from miaudit.pipeline.evaluate import evaluate_attacks as evaluate_attacks
     from miaudit.records.outcomes import AttackOutcome, AuditResult
     from miaudit.signals import SignalBank
     from miaudit.train.cluster import Compute
 
-__all__ = ["attack", "run", "audit", "ranked", "strongest"]
+__all__ = ["attack", "run", "audit", "ranked", "strongest", "evaluate_attacks",
+           "EvaluationOptions"]
+
+# the pipeline's typed evaluation entry point (what studies call), re-exported here and
+# loaded on first use (PEP 562): `import miaudit` stays cheap
+_LAZY = {"evaluate_attacks": "miaudit.pipeline.evaluate",
+         "EvaluationOptions": "miaudit.pipeline.evaluate"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups skip this function
+    return value
 
 # model files by suffix: a pickled estimator, or precomputed outputs (as the CLI names them)
 _ESTIMATOR_SUFFIXES = (".joblib", ".pkl", ".pickle")
@@ -87,7 +109,7 @@ def attack(
     from miaudit.attacks import list_attacks
     from miaudit.attacks.registry import check_attack_params
     from miaudit.config import split_names
-    from miaudit.pipeline.evaluate import evaluate_bank
+    from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
     from miaudit.signals import SignalBank
 
     given = split_names(attacks)
@@ -103,11 +125,9 @@ def attack(
         names = [s.name for s in list_attacks() if s.needs.channel is None
                  or s.needs.channel in bank.channels]
     with _bars(progress):
-        result = evaluate_bank(
-            bank, target, names, checked,
-            _metrics_config(metrics), seed=seed, skip_unsupported=given is None,
-            progress=progress,
-        )
+        result = evaluate_attacks(bank, target, names, EvaluationOptions(
+            params=checked, metrics=_metrics_config(metrics), seed=seed,
+            skip_unsupported=given is None, progress=progress))
     if source is not None:
         result.meta["bank"] = source
     audit = bank.audit  # set by the bank (None only as a constructor argument)
@@ -120,7 +140,11 @@ def _compute_mapping(compute: Any) -> Any:
     """``compute=`` of the API as a config mapping: a mapping of its keys as given, a
     :class:`~miaudit.train.cluster.Compute` or a ``ComputeConfig`` as its keys (anything else
     is left for the config to refuse)."""
-    if dataclasses.is_dataclass(compute) and not isinstance(compute, type):
+    from miaudit.config import ComputeConfig
+
+    if isinstance(compute, ComputeConfig):
+        return compute.to_dict()
+    if dataclasses.is_dataclass(compute) and not isinstance(compute, type):  # a Compute
         return dataclasses.asdict(compute)
     return dict(compute) if isinstance(compute, Mapping) else compute
 
@@ -139,7 +163,8 @@ def run(
 ) -> AuditResult:
     """Run a configured audit, as ``miaudit run CONFIG [--out OUT]`` does: trains (or loads
     from the model cache) every model, writes the run directory (config.yaml, training.json,
-    bank.npz, the report) and returns the result; ``result.out`` is the run directory.
+    bank.npz, verdict.txt, verdict.json, the report) and returns the result; ``result.out``
+    is the run directory, ``result.meta["verdict"]`` the release statement.
 
     ``config``: a :class:`~miaudit.config.RunConfig` (not modified), a mapping of its fields
     (as in a YAML config) or the path of a YAML config. ``compute``: where the models train,
@@ -183,7 +208,7 @@ def run(
 
             raise ConfigError(f"compute must be a mapping of compute keys or a Compute; got "
                               f"{type(compute).__name__}.")
-        base = dataclasses.asdict(compute_section(cfg.compute))
+        base = compute_section(cfg.compute).to_dict()
         if given.get("executor") == "local" and "address" not in given:
             base["address"] = None  # a cluster's address means nothing to local training
         cfg.compute = build_config(ComputeConfig, {**base, **given}, {}, "compute")

@@ -129,7 +129,8 @@ def test_a_run_folder_is_not_clobbered_by_another_command(tmp_path, capsys, capl
     with caplog.at_level(logging.WARNING, logger="miaudit.io"):
         assert main([*attack, "--overwrite"]) == 0
     assert (f"replacing the run in {out} ('tiny', made by `miaudit run`; --overwrite): removed "
-            "config.yaml, training.json, calibration.png;") in caplog.text
+            "config.yaml, training.json, verdict.txt, verdict.json, calibration.png;"
+            ) in caplog.text
     assert not (out / "config.yaml").exists() and (out / "bank.npz").read_bytes() == before[
         "bank.npz"]  # the bank being scored is kept
     # the run can come back the same way

@@ -166,13 +166,13 @@ def test_a_report_file_that_cannot_be_written_is_named(digits_bank, tmp_path, mo
 
 def test_a_full_disk_for_the_report_says_what_happened_what_to_do_and_what_was_kept(
         tiny_run_yaml, tmp_path, monkeypatch, capsys):
-    import miaudit.pipeline.runner as runner
+    import miaudit.pipeline.orchestrator as orchestrator
 
     report = tmp_path / "runs" / "tiny" / "report.html"
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(report))
-    monkeypatch.setattr(runner, "write_report", full)
+    monkeypatch.setattr(orchestrator, "write_report", full)
     assert main(["run", str(tiny_run_yaml()), "--quiet"]) == 1
     err = capsys.readouterr().err
     _no_traceback(err)

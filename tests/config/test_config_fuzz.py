@@ -3,19 +3,22 @@ ConfigError naming its dotted key, when the config is checked (before any data l
 trains), never a TypeError/ValueError/... nor a pass: in the spirit of scikit-learn's
 ``check_param_validation``.
 
-The fields are found by walking the config dataclasses (nested sections included), so a new
-field is fuzzed without touching this file; the invalid values of a field follow from its type
-annotation (:func:`invalid_values`). Recipe fields (``recipe``, ``reference_recipe``, a
-named recipe, the audit's ``references.recipe``: the fields of
-:class:`~miaudit.train.recipe.Recipe`, and the keys of its ``dp`` and augmentation steps) and
-attack parameters (each registered attack's declared ``Param``, through check_attack_params)
-are fuzzed the same way. `pytest -s -k count` prints how many values each field is tried with.
+The fields are found by walking the config models' ``model_fields`` (nested sections and the
+variants of a union included), so a new field is fuzzed without touching this file; the
+invalid values of a field follow from its type annotation (:func:`invalid_values`). Recipe
+fields (``recipe``, ``reference_recipe``, a named recipe, the audit's ``references.recipe``:
+the fields of :class:`~miaudit.train.recipe.Recipe`, and the keys of its ``dp`` and
+augmentation steps) and attack parameters (each registered attack's declared ``Param``,
+through check_attack_params) are fuzzed the same way. `pytest -s -k count` prints how many
+values each field is tried with.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
+import operator
 import re
 import types
 import typing
@@ -25,6 +28,7 @@ from typing import Any
 import pytest
 
 from miaudit.config import RunConfig, config_from_dict
+from miaudit.config.sections.spec import Spec
 from miaudit.errors import ConfigError
 from miaudit.external.audit_config import AuditConfig, audit_config
 
@@ -88,15 +92,33 @@ def _members(annotation: Any) -> tuple[Any, ...]:
     return (annotation,)
 
 
-def leaves(cls: type, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, annotation) of every field of config dataclass ``cls``, nested sections
-    walked (a field whose type is a dataclass is a section)."""
-    for f in dataclasses.fields(cls):
-        annotation = _hints(cls)[f.name]
-        if dataclasses.is_dataclass(annotation):
-            yield from leaves(annotation, f"{prefix}{f.name}.")
+def _bare(annotation: Any) -> Any:
+    """An annotation less its ``Annotated`` metadata (the validators of the value rules)."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _bare(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, [_bare(t) for t in typing.get_args(annotation)])
+    return annotation
+
+
+def _section(annotation: Any) -> type[Spec] | None:
+    """The Spec class of a section's annotation (the first variant of a union: every
+    variant has the same fields), or None for a value."""
+    for t in _members(_bare(annotation)):
+        if isinstance(t, type) and issubclass(t, Spec):
+            return t
+    return None
+
+
+def leaves(cls: type[Spec], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, annotation) of every field of the config model ``cls`` (its
+    ``model_fields``), nested sections walked (a field whose type is a Spec is a section)."""
+    for name, info in cls.model_fields.items():
+        section = _section(info.annotation)
+        if section is not None:
+            yield from leaves(section, f"{prefix}{name}.")
         else:
-            yield prefix + f.name, annotation
+            yield prefix + name, _bare(info.annotation)
 
 
 def _matches(value: Any, annotation: Any) -> bool:
@@ -120,6 +142,9 @@ def _matches(value: Any, annotation: Any) -> bool:
                 return True
         elif t is str:
             if isinstance(value, str):
+                return True
+        elif origin is typing.Literal:
+            if value in args:
                 return True
         elif origin is list:
             if isinstance(value, list) and all(_matches(v, args[0]) for v in value):

@@ -9,8 +9,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 HEAVY = ("torch", "transformers")
 
 
@@ -40,15 +38,6 @@ def test_checking_an_audit_config_loads_no_torch(tmp_path: Path) -> None:
     assert _loaded_after(code, tmp_path) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the run config's checks still need constants and the architectures' registry from "
-    "modules that import torch, outside this change's files: miaudit.models.text (TOKENIZERS "
-    "for dataset.tokenizer, CAUSAL_LM_ARCHITECTURES for the bank plan) and "
-    "miaudit.models.registry.check_model_params (a Recipe's architecture and arch_params), "
-    "both behind miaudit.models/__init__, which imports every architecture (and, for a "
-    "causal LM's plan, miaudit.signals.sequence's RECALL_PREFIX_TEXTS; for a compute section "
-    "other than the defaults, in either config, miaudit.train.cluster's Compute). Remove "
-    "this marker once they have torch-free homes."))
 def test_checking_a_run_config_loads_no_torch(tmp_path: Path) -> None:
     (tmp_path / "run.yaml").write_text(textwrap.dedent("""\
         name: tiny

@@ -4,7 +4,6 @@ follow the run's rule; typos are still refused with a suggestion."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -19,6 +18,7 @@ from miaudit.config import (
     resolve_grad_norm,
     resolve_queries,
 )
+from miaudit.config.sections.spec import Spec
 from miaudit.errors import ConfigError
 from miaudit.external.audit_config import (
     AuditConfig,
@@ -44,19 +44,14 @@ DIFFERENT_DEFAULTS = {
 
 
 def _defaults(cls: type, prefix: str = "") -> dict[str, Any]:
-    """{dotted key: default} of a config dataclass, one section deep."""
+    """{dotted key: default} of a config model (its ``model_fields``), one section deep."""
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            value = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            value = f.default_factory()
+    for name, info in cls.model_fields.items():
+        value = info.get_default(call_default_factory=True)
+        if isinstance(value, Spec) and not prefix:
+            out.update(_defaults(type(value), f"{name}."))
         else:
-            value = dataclasses.MISSING
-        if dataclasses.is_dataclass(value) and not prefix:
-            out.update(_defaults(type(value), f"{f.name}."))
-        else:
-            out[prefix + f.name] = value
+            out[prefix + name] = value
     return out
 
 

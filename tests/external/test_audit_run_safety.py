@@ -68,7 +68,7 @@ def test_a_failing_first_audit_creates_no_folder(user, tmp_path):
 
 
 def test_an_interrupted_audit_keeps_the_previous_run(user, tmp_path, monkeypatch):
-    import miaudit.external.run as audit_run
+    import miaudit.pipeline.orchestrator as orchestrator
 
     out = tmp_path / "runs" / "audit"
     assert main(_good(user, out)) == 0
@@ -77,7 +77,8 @@ def test_an_interrupted_audit_keeps_the_previous_run(user, tmp_path, monkeypatch
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(audit_run, "evaluate_bank", interrupted)  # after bank.npz is staged
+    # after bank.npz is staged (the evaluation both commands share)
+    monkeypatch.setattr(orchestrator, "evaluate_attacks", interrupted)
     assert main([*_good(user, out), "--seed", "3", "--overwrite"]) == 130
     assert _snapshot(tmp_path / "runs") == before
 

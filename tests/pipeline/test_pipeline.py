@@ -263,7 +263,7 @@ def test_a_failing_run_leaves_the_previous_run_byte_identical(tmp_path, capsys, 
 def test_an_interrupted_run_keeps_the_previous_one_and_a_rerun_replaces_it(
     tmp_path, monkeypatch, capsys, tiny_run_yaml
 ):
-    import miaudit.pipeline.runner as runner
+    import miaudit.pipeline.orchestrator as orchestrator
     from miaudit.cli.main import main
 
     assert main(["run", str(tiny_run_yaml()), "--quiet"]) == 0
@@ -276,7 +276,7 @@ def test_an_interrupted_run_keeps_the_previous_one_and_a_rerun_replaces_it(
 
     # after training and the bank: the staging folder holds config.yaml and bank.npz by now
     with monkeypatch.context() as patch:
-        patch.setattr(runner, "evaluate_bank", interrupted)
+        patch.setattr(orchestrator, "evaluate_attacks", interrupted)
         assert main(["run", str(tiny_run_yaml(seed=1)), "--quiet",
                      "--overwrite"]) == 130
     assert _snapshot(tmp_path / "runs") == before

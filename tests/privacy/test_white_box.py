@@ -232,11 +232,15 @@ def test_a_config_built_in_python_is_checked_again_before_any_work(tmp_path):
     from miaudit.pipeline.canaries import check_canaries
 
     cfg = config_from_dict(_data(tmp_path, "python"))
-    cfg.recipe = {k: v for k, v in cfg.recipe.items() if k != "dp"}  # changed after loading
+    no_dp = {k: v for k, v in cfg.recipe.items() if k != "dp"}
     with pytest.raises(ConfigError, match=r"has no dp: give it one"):
-        check_canaries(cfg)
+        cfg.recipe = no_dp  # changed after loading: the config checks the assignment
+    assert "dp" in cfg.recipe  # and keeps its valid value
+    unchecked = cfg.model_copy(update={"recipe": no_dp})  # pydantic's copy skips validation
+    with pytest.raises(ConfigError, match=r"has no dp: give it one"):
+        check_canaries(unchecked)
     with pytest.raises(ConfigError, match=r"has no dp"):
-        run(cfg, progress=False, echo=False)
+        run(unchecked, progress=False, echo=False)
     assert not (tmp_path / "python").exists()
 
 

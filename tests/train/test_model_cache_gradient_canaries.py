@@ -99,7 +99,7 @@ def test_a_record_stored_without_the_rows_part_loads_and_is_never_scored_as_if_i
                 lambda: gradient_canaries_csv(old, section)):
         with pytest.raises(ConfigError, match=r"known_data: true needs .*known_data: false"):
             use()
-    as_before = dataclasses.replace(section, known_data=False)
+    as_before = section.replace(known_data=False)
     assert (white_box_audit(old, as_before, settings)
             == white_box_audit(record, as_before, settings))
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import pickle
 import sys
@@ -70,7 +69,7 @@ def cmd_attack(args: argparse.Namespace) -> int:
     # recorded as a run records its config: the report reads the level of its CIs from it
     config = {"bank": str(Path(args.bank).resolve()), "target": args.target,
               "attacks": args.attacks, "params": params, "seed": args.seed,
-              "metrics": dataclasses.asdict(metrics)}
+              "metrics": metrics.to_dict()}
     # staged: a report replaces the previous one in --out whole (its stale files removed, the
     # bank being scored kept), and a failure leaves the previous one as it was; a folder
     # holding another run is refused here, before the bank is even read

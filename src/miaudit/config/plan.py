@@ -82,7 +82,7 @@ def run_plan(cfg: Any, target: Any, reference: Any, augment: Any = None,
     (:class:`~miaudit.train.recipe.Recipe`, as the pipeline resolves them), the target
     recipe's ``augment`` as the config gives it (what ``signals.queries: auto`` replays) and,
     when known, the loaded dataset's ``kind`` (default: :func:`dataset_kind`)."""
-    from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
+    from miaudit.models.names import CAUSAL_LM_ARCHITECTURES
 
     if kind is None:
         kind = dataset_kind(cfg.dataset.name, cfg.dataset.options, cfg.data_dir)
@@ -93,7 +93,7 @@ def run_plan(cfg: Any, target: Any, reference: Any, augment: Any = None,
     lm = target.architecture in CAUSAL_LM_ARCHITECTURES
     recall_texts = 0  # ReCaLL's prefix texts: a causal LM's only (signals.sequence: torch)
     if lm:
-        from miaudit.signals.sequence import RECALL_PREFIX_TEXTS
+        from miaudit.signals.recall_texts import RECALL_PREFIX_TEXTS
 
         recall_texts = RECALL_PREFIX_TEXTS
     data = "sequence" if lm and kind in ("text", None) else kind

@@ -15,27 +15,21 @@ tests/external/test_audit_config.py holds them to it.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import os
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import Field, field_validator, model_validator
+from typing_extensions import Self
 
 from miaudit.config.canaries import check_canaries_section
-from miaudit.config.section_checks import (
-    check_forgetting,
-    check_split_members,
-    check_split_sizes,
-    whole,
-)
+from miaudit.config.section_checks import check_forgetting
 from miaudit.config.sections import (
     DEFAULT_ATTACKS,
-    CanariesConfig,
+    CanariesSpec,
     CheckpointsConfig,
     ComputeConfig,
     DatasetConfig,
@@ -45,7 +39,8 @@ from miaudit.config.sections import (
     SplitConfig,
     compute_section,
 )
-from miaudit.config.typecheck import check_field_types
+from miaudit.config.sections.canary_spec import as_variant
+from miaudit.config.sections.spec import Dict, Int, Names, OptStr, Spec, Str, Typed, suggest
 from miaudit.errors import AttackError, ConfigError, ParamError
 from miaudit.records.run_dir import check_run_name
 
@@ -54,99 +49,182 @@ from miaudit.records.run_dir import check_run_name
 RUN_RENAMED: dict[str, str] = {"dataset.data_dir": "data_dir"}
 # reference_recipe values with a fixed meaning; they cannot name an entry of `recipes`.
 REFERENCE_KEYWORDS = ("target", "plain")
-
-@dataclass
-class RunConfig:
-    name: str = "audit"
-    seed: int = 0
-    dataset: DatasetConfig = field(default_factory=DatasetConfig)
-    split: SplitConfig = field(default_factory=SplitConfig)
-    design: str = "offline"  # offline | online | paired-halves (miaudit.protocol registry)
-    models: int = 2  # target included
-    target: int = 0
-    # Named recipes {name: {Recipe fields}} that `recipe` / `reference_recipe` may name.
-    recipes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    recipe: dict[str, Any] | str = field(default_factory=dict)  # Recipe fields, or a name
-    # The attacker's knowledge ("Generalization and Membership Inference Attack: a Practical
-    # Perspective", §IV-B): "target" (None: the default) = the target's
-    # recipe; "plain" = the target's without augmentation/regularisation/DP; a name; fields.
-    reference_recipe: dict[str, Any] | str | None = None
-    checkpoints: CheckpointsConfig = field(default_factory=CheckpointsConfig)
-    signals: SignalsConfig = field(default_factory=SignalsConfig)
-    forgetting: ForgettingConfig = field(default_factory=ForgettingConfig)
-    attacks: list[str] = field(default_factory=lambda: list(DEFAULT_ATTACKS))
-    """The attacks scored, each of which must run (an attack the run cannot support is an
-    error, not skipped, raised when the config is checked, before any model trains:
-    :func:`check_attacks_fit`). The default is the five threshold attacks, which need no references,
-    channel or augmented query; `miaudit audit`'s default differs on purpose: it tries every
-    attack and lists those the audit cannot run, since it cannot choose its models."""
-    attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    canaries: CanariesConfig = field(default_factory=CanariesConfig)
-    device: str = "auto"  # auto | cpu | cuda[:N]
-    compute: ComputeConfig = field(default_factory=ComputeConfig)  # where the models train
-    output: str | None = None  # run directory; default runs/<name>
-    cache_dir: str | None = None  # model cache; default $MIAUDIT_CACHE_DIR or ~/.cache/miaudit
-    data_dir: str | None = None
-    """Datasets folder; default $MIAUDIT_DATA_DIR or ~/.cache/miaudit/data. Top level, as in an
-    audit config (where it serves the audit and the public data alike) and beside the other
-    places a run reads and writes; ``dataset.data_dir`` is its old spelling."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+# Recipe fields, or the name of one in `recipes`
+RecipeValue = Typed[dict[str, Any] | str]
+OptRecipeValue = Typed[dict[str, Any] | str | None]
+DEVICE = "be auto, cpu or cuda[:N]"
 
 
-_NESTED = {
-    "dataset": DatasetConfig,
-    "split": SplitConfig,
-    "signals": SignalsConfig,
-    "metrics": MetricsConfig,
-    "forgetting": ForgettingConfig,
-    "checkpoints": CheckpointsConfig,
-    "canaries": CanariesConfig,
-    "compute": ComputeConfig,
-}
+class RunConfig(Spec):
+    """The configuration of `miaudit run`: a validated YAML file, saved into every run
+    directory as ``config.yaml``. Built from a mapping by :func:`config_from_dict`, which
+    also checks what needs the registries (names of designs, attacks, canary kinds; the
+    recipes' fields); built in Python, those are checked when the run starts."""
+
+    renamed = RUN_RENAMED
+
+    name: Str = Field("audit", description=(
+        "The run's name: it names the folder runs/<name> (a name, never a path)."))
+    seed: Int = Field(0, ge=0, description="Seeds numpy's generators and every model's.",
+                      json_schema_extra={"why": "it seeds numpy's generators"})
+    dataset: DatasetConfig = Field(default_factory=DatasetConfig, description=(
+        "The dataset audited."))
+    split: SplitConfig = Field(default_factory=SplitConfig, description=(
+        "How its rows are split into the audit, public and population pools."))
+    design: Str = Field("offline", description=(
+        "The membership design: offline | online | paired-halves (miaudit.protocol's "
+        "registry)."), json_schema_extra={
+        "must": "be the name of a design (e.g. offline, online, paired-halves)"})
+    models: Int = Field(2, ge=1, description="How many models train, the target included.",
+                        json_schema_extra={"why": "the target and its references"})
+    target: Int = Field(0, ge=0, description=(
+        "The index of the model attacked, in 0..models-1."),
+        json_schema_extra={"must": "be an integer model index"})
+    recipes: Dict = Field(default_factory=dict, description=(
+        "Named recipes {name: {Recipe fields}} that recipe / reference_recipe may name."),
+        json_schema_extra={"must": "map recipe names to mappings of recipe fields"})
+    recipe: RecipeValue = Field(default_factory=dict, description=(
+        "The target's training recipe: Recipe fields, or a name in recipes."),
+        json_schema_extra={"must": "be a mapping of training-recipe fields or a name in "
+                                   "recipes"})
+    reference_recipe: OptRecipeValue = Field(None, description=(
+        "The attacker's knowledge (\"Generalization and Membership Inference Attack: a "
+        "Practical Perspective\", §IV-B): target (null: the default) = the target's recipe; "
+        "plain = the target's without augmentation, regularisation and DP; a name in "
+        "recipes; or Recipe fields."), json_schema_extra={
+        "must": "be a name (target, plain, or one in recipes) or a mapping of recipe fields"})
+    checkpoints: CheckpointsConfig = Field(default_factory=CheckpointsConfig, description=(
+        "Models kept along training, each audited as its own bank."))
+    signals: SignalsConfig = Field(default_factory=SignalsConfig, description=(
+        "What every model is queried on."))
+    forgetting: ForgettingConfig = Field(default_factory=ForgettingConfig, description=(
+        "Calibration via forgetting: copies of the target trained further on public data."))
+    attacks: Names = Field(default_factory=lambda: list(DEFAULT_ATTACKS), description=(
+        "The attacks scored, each of which must run (an attack the run cannot support is an "
+        "error, not skipped, raised when the config is checked, before any model trains: "
+        "check_attacks_fit). The default is the five threshold attacks, which need no "
+        "references, channel or augmented query; `miaudit audit`'s default differs on "
+        "purpose: it tries every attack and lists those the audit cannot run, since it "
+        "cannot choose its models."),
+        json_schema_extra={"must": "be a list of attack names (see `miaudit attacks`)"})
+    attack_params: Dict = Field(default_factory=dict, description=(
+        "Parameters of the attacks {attack: {parameter: value}} (`miaudit attacks NAME` lists "
+        "them)."), json_schema_extra={"must": "map attack names to mappings"})
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description=(
+        "ROC points, intervals and ε lower bounds."))
+    canaries: CanariesSpec = Field(default_factory=lambda: _row_canaries(), description=(
+        "One-run auditing: canary rows or white-box gradient canaries (by kind)."))
+    device: Str = Field("auto", description="Where models run: auto | cpu | cuda[:N].",
+                        json_schema_extra={"must": DEVICE})
+    compute: ComputeConfig = Field(default_factory=ComputeConfig, description=(
+        "Where the models train (local, or a Ray cluster)."))
+    output: OptStr = Field(None, description="The run directory; null: runs/<name>.")
+    cache_dir: OptStr = Field(None, description=(
+        "The model cache; null: $MIAUDIT_CACHE_DIR or ~/.cache/miaudit."))
+    data_dir: OptStr = Field(None, description=(
+        "The datasets folder; null: $MIAUDIT_DATA_DIR or ~/.cache/miaudit/data. Top level, "
+        "as in an audit config (where it serves the audit and the public data alike) and "
+        "beside the other places a run reads and writes; dataset.data_dir is its old "
+        "spelling."))
+
+    @classmethod
+    def renaming(cls, data: dict[str, Any]) -> dict[str, Any]:
+        return apply_renamed(data, RUN_RENAMED, cls.what)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        check_run_name(value)  # it names the folder runs/<name>: a name, never a path
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device(value)
+
+    @field_validator("split", "signals", "checkpoints", "forgetting", mode="before")
+    @classmethod
+    def _empty_section(cls, value: Any) -> Any:
+        return {} if value is None else value  # left empty in the YAML: the defaults
+
+    @field_validator("canaries", mode="before")
+    @classmethod
+    def _canaries(cls, value: Any) -> Any:
+        return as_variant(value)
+
+    @field_validator("compute", mode="before")
+    @classmethod
+    def _compute(cls, value: Any) -> Any:
+        return compute_mapping(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        """The rules between sections that need no registry (those are
+        :func:`check_run`'s)."""
+        if self.target >= self.models:
+            raise ConfigError(
+                f"target is {self.target!r}, but the run has {self.models} models "
+                f"(0..{self.models - 1}); target is the index of the model attacked: set it "
+                "in that range or raise models.")
+        check_split_design(self)
+        check_recipe_names(self)
+        if not all(0 < f < 1 for f in self.metrics.fprs):
+            raise ConfigError("metrics.fprs must lie in (0, 1).")
+        check_white_box_target(self)
+        return self
+
+
+def check_device(value: str) -> str:
+    """``device`` of either config: auto, cpu or cuda[:N]."""
+    if not (value in ("auto", "cpu", "cuda") or value.startswith("cuda:")):
+        raise ConfigError(f"device must {DEVICE}; got {value!r}.")
+    return value
+
+
+def _row_canaries() -> Any:
+    from miaudit.config.sections import RowCanariesConfig
+
+    return RowCanariesConfig()
+
+
+def compute_mapping(value: Any) -> Any:
+    """``compute`` as its section takes it: null (left empty) the defaults; a
+    :class:`~miaudit.train.cluster.Compute` (the Python API) its keys."""
+    if value is None:
+        return {}
+    if not isinstance(value, (dict, ComputeConfig)) and callable(getattr(value, "to_dict",
+                                                                         None)):
+        return value.to_dict()
+    return value
+
+
+def check_split_design(cfg: RunConfig) -> None:
+    """``split.members``: offline design only, fewer than ``split.audit`` when both are
+    counts (its size against the audit pool is checked with the dataset, in
+    protocol.make_design)."""
+    members, audit = cfg.split.members, cfg.split.audit
+    if members is None:
+        return
+    if cfg.design != "offline":
+        raise ConfigError("split.members applies to the offline design (the target's training "
+                          "rows); remove it or set design: offline.")
+    if isinstance(members, int) and isinstance(audit, int) and members >= audit:
+        raise ConfigError(f"split.members ({members}) must be smaller than split.audit "
+                          f"({audit}): the audit rows the target does not train on are the "
+                          "non-members.")
 
 
 def build_config(
-    root: type, data: Any, sections: dict[str, type], what: str = "the config",
-    renamed: Mapping[str, str] | None = None,
+    root: type[Spec], data: Any, sections: dict[str, type] | None = None,
+    what: str = "the config", renamed: Mapping[str, str] | None = None,
 ) -> Any:
-    """Dataclass `root` from a mapping whose keys in `sections` are nested dataclasses; an
-    unknown key is a ConfigError naming its place, the closest valid key and all of them.
-    `what` names the document in messages ("the config", "the audit config"). `renamed` maps
-    old dotted keys to their new ones (:func:`apply_renamed`): the old spelling works and
-    warns, and a typo of it is pointed at the new one."""
-    renamed = dict(renamed or {})
-    if isinstance(data, dict):
-        data = apply_renamed(data, renamed, what)
-
-    def build(cls: type, value: Any, where: str) -> Any:
-        if not isinstance(value, dict):
-            raise ConfigError(
-                f"'{where or what}' must be a mapping; got {type(value).__name__}."
-            )
-        valid = [f.name for f in dataclasses.fields(cls)]
-        # the old spellings of this place, for the suggestion of a misspelt one
-        old = {key.rpartition(".")[2]: new for key, new in renamed.items()
-               if key.rpartition(".")[0] == where}
-        kwargs = {}
-        for key, item in value.items():
-            if key not in valid:
-                close = difflib.get_close_matches(str(key), [*valid, *old], n=1)
-                hint = f" Did you mean '{close[0]}'?" if close else ""
-                if close and close[0] in old:
-                    hint = (f" Did you mean '{old[close[0]]}' (formerly "
-                            f"'{where + '.' if where else ''}{close[0]}')?")
-                raise ConfigError(
-                    f"unknown key '{where + '.' if where else ''}{key}' in {what}.{hint} "
-                    f"Valid keys{' of ' + where if where else ''}: {', '.join(valid)}."
-                )
-            nested = sections.get(key) if cls is root else None
-            kwargs[key] = build(nested, item, key) if nested and item is not None else item
-        return cls(**kwargs)
-
-    return build(root, data, "")
+    """The Spec ``root`` (:class:`~miaudit.config.sections.spec.Spec`) validated from a
+    mapping: an unknown key is a ConfigError naming its place, the closest valid key and all
+    of them. ``what`` names the document in messages ("the config", "the audit config").
+    ``sections`` and ``renamed`` are the root's own (its fields; :meth:`Spec.renaming`),
+    kept for the callers that name them."""
+    del sections, renamed  # the root's fields and renaming say them
+    return root.build(data, what, "")
 
 
 def apply_renamed(data: dict[str, Any], renamed: Mapping[str, str],
@@ -174,64 +252,27 @@ def apply_renamed(data: dict[str, Any], renamed: Mapping[str, str],
     return out
 
 
-def _check_types(cfg: RunConfig) -> None:
-    def need(cond: bool, message: str) -> None:
-        if not cond:
-            raise ConfigError(message)
-
-    check_run_name(cfg.name)  # it names the folder runs/<name>: a name, never a path
-    need(isinstance(cfg.seed, int) and not isinstance(cfg.seed, bool) and cfg.seed >= 0,
-         f"seed must be an integer >= 0 (it seeds numpy's generators); got {cfg.seed!r}.")
-    if cfg.signals is None:  # `signals:` left empty in the YAML
-        cfg.signals = SignalsConfig()
-    need(isinstance(cfg.models, int) and not isinstance(cfg.models, bool) and cfg.models >= 1,
-         f"models must be an integer >= 1 (the target and its references); got "
-         f"{cfg.models!r}.")
-    need(isinstance(cfg.target, int) and not isinstance(cfg.target, bool),
-         f"target must be an integer model index; got {cfg.target!r}.")
-    need(not isinstance(cfg.models, int) or 0 <= cfg.target < cfg.models,
-         f"target is {cfg.target!r}, but the run has {cfg.models} models (0..{cfg.models - 1}); "
-         "target is the index of the model attacked: set it in that range or raise models.")
+def check_run(cfg: RunConfig) -> None:
+    """What a run config's construction leaves to the registries, before any model trains:
+    the design, the canaries' kind, the attacks and their parameters, the tokenizer, every
+    recipe's fields, the checkpoints, forgetting, compute, and last the attacks against the
+    bank the run will build."""
     from miaudit.protocol import design_spec
 
-    need(isinstance(cfg.design, str), f"design must be the name of a design (e.g. offline, "
-         f"online, paired-halves); got {cfg.design!r}.")
     design_spec(cfg.design)  # an unknown design: its registry's message, with did-you-mean
-    check_split_sizes(cfg)
-    check_split_members(cfg)
     cfg.canaries = check_canaries_section(cfg.canaries, cfg.design)
     _check_attacks(cfg)  # first of the sections that name things: it needs no torch
-    from miaudit.models.text import TOKENIZERS
+    from miaudit.models.names import TOKENIZERS
 
-    need(cfg.dataset.tokenizer in TOKENIZERS,
-         f"dataset.tokenizer must be one of {', '.join(TOKENIZERS)}; "
-         f"got {cfg.dataset.tokenizer!r}.")
-    need(whole(cfg.dataset.bpe_vocab_size) and cfg.dataset.bpe_vocab_size >= 300,
-         "dataset.bpe_vocab_size must be an integer >= 300 (the 256 bytes, the special tokens "
-         f"and some merges); got {cfg.dataset.bpe_vocab_size!r}.")
-    need(whole(cfg.dataset.max_length) and cfg.dataset.max_length >= 2,
-         f"dataset.max_length must be an integer >= 2 (tokens per text, longer ones cut); got "
-         f"{cfg.dataset.max_length!r}.")
-    need(whole(cfg.signals.batch_size) and cfg.signals.batch_size >= 1,
-         f"signals.batch_size must be an integer >= 1 (samples per query batch); got "
-         f"{cfg.signals.batch_size!r}.")
+    if cfg.dataset.tokenizer not in TOKENIZERS:
+        raise ConfigError(f"dataset.tokenizer must be one of {', '.join(TOKENIZERS)}; "
+                          f"got {cfg.dataset.tokenizer!r}.")
     _check_recipes(cfg)
     from miaudit.train.checkpoints import CheckpointSpec  # checks the positions
 
-    if cfg.checkpoints is None:  # `checkpoints:` left empty in the YAML
-        cfg.checkpoints = CheckpointsConfig()
-    for key in ("epochs", "steps"):  # `epochs:` left empty: none, as CheckpointSpec reads it
-        if getattr(cfg.checkpoints, key) is None:
-            setattr(cfg.checkpoints, key, [])
-
-    CheckpointSpec(cfg.checkpoints.epochs, cfg.checkpoints.steps)
-    check_white_box_target(cfg)
-    need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
-         f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
-    need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
+    CheckpointSpec(tuple(cfg.checkpoints.epochs), tuple(cfg.checkpoints.steps))
     check_forgetting(cfg)
     cfg.compute = compute_section(cfg.compute)
-    check_field_types(cfg)  # the backstop: every field of its annotated type
     check_attacks_fit(cfg)  # last: it reads the recipes, the split and the signals checked
 
 
@@ -283,10 +324,8 @@ def planned_recipes(cfg: RunConfig) -> tuple[Any, Any]:
     target_fields, ref = recipe_fields(cfg)
     target = Recipe.from_dict(target_fields,
                               f"recipes.{cfg.recipe}" if isinstance(cfg.recipe, str) else "recipe")
-    if ref == "target":
-        return target, target
-    if ref == "plain":
-        return target, target.plain()
+    if isinstance(ref, str):  # "target" or "plain" (recipe_fields resolved a name)
+        return target, target if ref == "target" else target.plain()
     named = isinstance(cfg.reference_recipe, str)
     return target, Recipe.from_dict(
         ref, f"recipes.{cfg.reference_recipe}" if named else "reference_recipe")
@@ -309,19 +348,9 @@ def check_white_box_target(cfg: RunConfig) -> None:
                           "are not supported with it: remove the checkpoints section.")
 
 
-def _suggest(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" Did you mean '{close[0]}'?" if close else ""
-
-
-def _check_recipes(cfg: RunConfig) -> None:
-    """``recipes`` maps names to mappings; ``recipe`` and ``reference_recipe`` are mappings or
-    names that exist (ConfigError with a suggestion otherwise); every mapping makes a Recipe
-    (its own rules, a bad field named by its place in the config: recipe.lr, ...)."""
-    from miaudit.train.recipe import Recipe
-
-    if not isinstance(cfg.recipes, dict):
-        raise ConfigError("recipes must map recipe names to mappings of recipe fields.")
+def check_recipe_names(cfg: RunConfig) -> None:
+    """``recipes`` maps names (none reserved) to mappings; ``recipe`` and
+    ``reference_recipe`` name recipes that exist (ConfigError with a suggestion otherwise)."""
     for name, fields in cfg.recipes.items():
         if not isinstance(name, str) or name in REFERENCE_KEYWORDS:
             raise ConfigError(
@@ -330,34 +359,32 @@ def _check_recipes(cfg: RunConfig) -> None:
             )
         if not isinstance(fields, dict):
             raise ConfigError(f"recipes.{name} must be a mapping of recipe fields.")
+    names = list(cfg.recipes)
+    if isinstance(cfg.recipe, str) and cfg.recipe not in cfg.recipes:
+        raise ConfigError(
+            f"recipe names '{cfg.recipe}', which is not in recipes.{suggest(cfg.recipe, names)} "
+            f"Named recipes: {', '.join(names) or '(none)'}."
+        )
+    ref = cfg.reference_recipe
+    choices = [*REFERENCE_KEYWORDS, *names]
+    if isinstance(ref, str) and ref not in choices:
+        raise ConfigError(
+            f"reference_recipe '{ref}' is unknown.{suggest(ref, choices)} Use target (the "
+            "target's recipe), plain (it without augmentation, regularisation and DP), a "
+            "name in recipes, or a mapping of recipe fields."
+        )
+
+
+def _check_recipes(cfg: RunConfig) -> None:
+    """Every recipe mapping makes a Recipe (its own rules, a bad field named by its place in
+    the config: recipe.lr, recipes.NAME.lr, ...); its names: :func:`check_recipe_names`."""
+    from miaudit.train.recipe import Recipe
+
+    for name, fields in cfg.recipes.items():
         Recipe.from_dict(fields, f"recipes.{name}")  # each field, named by its place
     for where in ("recipe", "reference_recipe"):
         if isinstance(getattr(cfg, where), dict):
             Recipe.from_dict(getattr(cfg, where), where)
-    names = list(cfg.recipes)
-    if isinstance(cfg.recipe, str):
-        if cfg.recipe not in cfg.recipes:
-            hint = _suggest(cfg.recipe, names)
-            raise ConfigError(
-                f"recipe names '{cfg.recipe}', which is not in recipes.{hint} Named recipes: "
-                f"{', '.join(names) or '(none)'}."
-            )
-    elif not isinstance(cfg.recipe, dict):
-        raise ConfigError(
-            "recipe must be a mapping of training-recipe fields or a name in recipes."
-        )
-    ref = cfg.reference_recipe
-    if isinstance(ref, str):
-        choices = [*REFERENCE_KEYWORDS, *names]
-        if ref not in choices:
-            raise ConfigError(
-                f"reference_recipe '{ref}' is unknown.{_suggest(ref, choices)} Use target (the "
-                "target's recipe), plain (it without augmentation, regularisation and DP), a "
-                "name in recipes, or a mapping of recipe fields."
-            )
-    elif ref is not None and not isinstance(ref, dict):
-        raise ConfigError("reference_recipe must be a name (target, plain, or one in recipes) "
-                          "or a mapping of recipe fields.")
 
 
 def recipe_fields(cfg: RunConfig) -> tuple[dict[str, Any], str | dict[str, Any]]:
@@ -371,8 +398,10 @@ def recipe_fields(cfg: RunConfig) -> tuple[dict[str, Any], str | dict[str, Any]]
 
 
 def config_from_dict(data: dict[str, Any] | None) -> RunConfig:
-    cfg = build_config(RunConfig, data or {}, _NESTED, renamed=RUN_RENAMED)
-    _check_types(cfg)
+    """The validated RunConfig of a mapping (a YAML file's, the flags'): built
+    (:class:`RunConfig`'s own rules) and checked against the registries (:func:`check_run`)."""
+    cfg = RunConfig.build(data or {})
+    check_run(cfg)
     return cfg
 
 
@@ -397,4 +426,4 @@ def load_config(path: str | os.PathLike[str]) -> RunConfig:
 
 
 def dump_config(cfg: RunConfig) -> str:
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    return str(yaml.safe_dump(cfg.to_dict(), sort_keys=False))

@@ -86,7 +86,8 @@ def _target_logits(target: Target, data: AuditData, n_rows: int) -> np.ndarray:
     parts = [_rows_from(target.outputs["data"], data.audit_rows, len(data.data), "audit")]
     if n_rows > data.n_audit:
         rows = np.concatenate([data.pool_rows, data.population_rows])[: n_rows - data.n_audit]
-        if "public" in target.outputs:
+        if "public" in target.outputs and data.public is not None:  # (rows past the audit's
+            # are public rows: a public dataset was given)
             parts.append(_rows_from(target.outputs["public"], rows, len(data.public), "public"))
         else:  # never read: attacks use the target only on audit (and population) rows
             parts.append(np.zeros((rows.size, data.num_classes), dtype=np.float32))

@@ -21,198 +21,40 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from miaudit.config import (
-    AUTO,
     ComputeConfig,
     MetricsConfig,
-    build_config,
-    check_signals,
     compute_section,
     resolve_grad_norm,
     resolve_queries,
 )
-from miaudit.config.section_checks import whole
-from miaudit.config.typecheck import check_field_types
 from miaudit.errors import ConfigError
-from miaudit.records.run_dir import check_run_name
+from miaudit.external.audit_spec import (
+    OUTPUT_KINDS,
+    AuditConfig,
+    DataSection,
+    ModelSection,
+    ModelSource,
+    PublicSection,
+    ReferencesSection,
+    SignalsSection,
+    check_complete,
+    describe_instance,
+    instance_kind,
+)
 
-OUTPUT_KINDS = ("auto", "logits", "probabilities")
-
-
-@dataclass
-class ModelSection:
-    """The audited model: exactly one of module (+ weights), hf_model, estimator, predict,
-    outputs."""
-
-    module: str | None = None  # torch: "package.module:Class" or "file.py:Class" (or factory)
-    kwargs: dict[str, Any] = field(default_factory=dict)  # constructor arguments
-    weights: str | None = None  # .safetensors, or a torch.save state dict (weights_only)
-    estimator: str | None = None  # scikit-learn estimator with predict_proba (joblib/pickle)
-    predict: str | None = None  # black box: "package.module:function", X -> [n, classes]
-    outputs: str | None = None  # black box: precomputed outputs on the audit data's rows
-    public_outputs: str | None = None  # ... and on the public data's rows (optional)
-    output_kind: str = "auto"  # of predict/outputs: auto | logits | probabilities
-    tolerance: float = 1e-3  # |sum of a probability row - 1| allowed
-    # A Hugging Face save_pretrained folder (config.json, weights, tokenizer.json): a sequence
-    # classifier or a causal LM, audited on text data (miaudit.external.hf_folder).
-    hf_model: str | None = None
-    max_length: int | None = None  # tokens per text; default min(model positions, 512)
-    # hf_model causal LMs only: the pretrained model it was fine-tuned from (a base-model name
-    # such as smollm2-135m, a save_pretrained folder or a .gguf file): lm-base-reference's
-    # reference, queried on the texts (no reference model trained for it)
-    base_model: str | None = None
-    # The model's differential-privacy claim (e.g. its DP-SGD accountant's ε at δ): the audit
-    # sets each attack's empirical ε lower bound beside it and says whether one refutes it.
-    dp_epsilon: float | None = None
-    dp_delta: float | None = None
-    augment: list[Any] | None = None
-    """How the model was trained: its augmentation steps, as a recipe's ``augment`` ([crop,
-    mirror], ...; image data). `signals.queries: auto` replays the training augmentation, as a
-    run replays its recipe's: declared, images are queried with the views the attacks' papers
-    use (plain + mirror; RAPID's 8); None: ``references.recipe``'s ``augment`` when it states
-    one (the recipe you state is how the model trained), else none (plain queries only)."""
-    # An in-memory model from the Python API (miaudit.audit): a fitted estimator with
-    # predict_proba, an nn.Module (then `module` may name its class, for reference models) or
-    # a function X -> outputs. A file cannot hold one: audit.yaml records what it was.
-    instance: Any = field(default=None, repr=False, compare=False)
-
-
-@dataclass
-class DataSection:
-    """The data the model was trained on and data it was not."""
-
-    dataset: str | None = None  # registry name (`miaudit data list`) or .npz/.csv/.parquet
-    options: dict[str, Any] = field(default_factory=dict)  # loader options (label_column, ...)
-    members: str | None = None  # file of training row indices (.txt/.csv/.npy/.json)
-    membership_column: str | None = None  # or a 0/1 column (array in .npz) of the data file
-    nonmembers: str | None = None  # file of row indices; default: every other row
-
-
-@dataclass
-class PublicSection:
-    """The attacker's data: reference models train on it; never evaluated."""
-
-    dataset: str | None = None  # default: the audit data (then `rows` is required)
-    options: dict[str, Any] = field(default_factory=dict)
-    rows: str | None = None  # file of row indices; default: every row of `dataset`
-    population: float = 0.2  # fraction kept out of every reference model (RMIA's z samples)
-
-
-@dataclass
-class ReferencesSection:
-    """Reference models: the target's architecture, trained on public data."""
-
-    models: int = 4  # 0: threshold attacks only
-    # torch: recipe fields (miaudit.train.Recipe; the architecture is your module). scikit-learn:
-    # unused (the estimator is cloned). Black box: a stand-in with an `architecture`, or none.
-    recipe: dict[str, Any] | None = None
-    # Train references on fewer rows than the target when the public pool is too small
-    # (otherwise refused: such references understate the leak).
-    allow_fewer_rows: bool = False
-    # hf_model only: the pretrained checkpoint folder the model was fine-tuned from; references
-    # are fine-tuned from it (default: the model's config trained from scratch).
-    base: str | None = None
-
-
-@dataclass
-class SignalsSection:
-    """As a run's :class:`~miaudit.config.SignalsConfig` (without output defences): the same
-    keys, defaults and ``auto`` rule."""
-
-    # plain | mirror | crop-flip-K (images) | token-dropout-K | adjacent-swap-K (texts), or auto
-    queries: list[str] | str = AUTO
-    """As :attr:`miaudit.config.SignalsConfig.queries`: ``auto`` replays the training
-    augmentation, here ``model.augment`` (else ``references.recipe``'s): declared, images get
-    plain + mirror (RAPID's 8); not declared (the default), plain only. Precomputed outputs
-    hold one query: plain."""
-    grad_norm: bool | str = AUTO
-    """As :attr:`miaudit.config.SignalsConfig.grad_norm`: ``auto`` computes gradient norms
-    when an attack to run reads them (every attack without ``attacks``), on white-box
-    models."""
-    boundary_distance: bool = False  # label-only HopSkipJump distances (slow)
-    batch_size: int = 1024
-
-    def __post_init__(self) -> None:
-        self.queries, self.grad_norm = check_signals(self.queries, self.grad_norm)
-
-
-@dataclass
-class AuditConfig:
-    name: str = "audit"
-    seed: int = 0
-    model: ModelSection = field(default_factory=ModelSection)
-    data: DataSection = field(default_factory=DataSection)
-    public: PublicSection = field(default_factory=PublicSection)
-    references: ReferencesSection = field(default_factory=ReferencesSection)
-    signals: SignalsSection = field(default_factory=SignalsSection)
-    attacks: list[str] | None = None
-    """Default: every attack the audit permits, those that cannot run listed with the reason
-    (an audit cannot choose its models, so it tries all). Listed explicitly, an attack the
-    audit could never run (its plan: :func:`check_listed_attacks`) is refused before the
-    target is queried or a reference model trains; one only its bank can rule out is listed
-    with the reason. `miaudit run` differs on purpose: it
-    scores the attacks it lists, each of which must run, by default the five threshold
-    attacks."""
-    attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    exposed: int = 20  # training samples in the exposure ranking
-    data_dir: str | None = None  # datasets folder; default $MIAUDIT_DATA_DIR or ~/.cache
-    device: str = "auto"  # auto | cpu | cuda[:N]
-    # the target's (and the base model's) query precision: fp32, or bf16 (bfloat16 autocast:
-    # CUDA, or a CPU with AVX-512 BF16 / AMX); the references run at their recipe's
-    precision: str = "fp32"
-    # where the reference models train (a run's compute: local, or a Ray cluster)
-    compute: ComputeConfig = field(default_factory=ComputeConfig)
-    output: str | None = None  # run directory; default runs/<name>
-    cache_dir: str | None = None  # model cache; default $MIAUDIT_CACHE_DIR or ~/.cache
-
-    def to_dict(self) -> dict[str, Any]:
-        instance = self.model.instance
-        # asdict would deep-copy an in-memory model; the mapping (audit.yaml, the report's
-        # config) names it instead, and has no `instance` key without one (files unchanged)
-        plain = dataclasses.replace(self, model=dataclasses.replace(self.model, instance=None))
-        out = dataclasses.asdict(plain)
-        if instance is None:
-            del out["model"]["instance"]
-        else:
-            out["model"]["instance"] = describe_instance(instance)
-        return out
-
-    @property
-    def target_kind(self) -> str:
-        """torch | hf | sklearn | function | outputs (which model input was given)."""
-        m = self.model
-        if m.instance is not None:
-            return instance_kind(m.instance)
-        if m.hf_model:
-            return "hf"
-        return "torch" if m.module else "sklearn" if m.estimator else (
-            "function" if m.predict else "outputs"
-        )
-
-
-def instance_kind(obj: Any) -> str:
-    """torch | sklearn | function: what an in-memory model is (duck-typed, so torch is not
-    imported here)."""
-    if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "forward", None)):
-        return "torch"
-    if hasattr(obj, "predict_proba"):
-        return "sklearn"
-    return "function"
-
-
-def describe_instance(obj: Any) -> str:
-    """What audit.yaml records for an in-memory model (it cannot be rerun from the file)."""
-    kind = type(obj)
-    name = getattr(obj, "__qualname__", None) if instance_kind(obj) == "function" else None
-    return f"in memory: {name or f'{kind.__module__}.{kind.__qualname__}'}"
-
+__all__ = [
+    "OUTPUT_KINDS", "AuditConfig", "DataSection", "ModelSection", "ModelSource",
+    "PublicSection", "ReferencesSection", "SignalsSection", "absolute_paths", "audit_config",
+    "audit_plan", "audit_signals", "check_listed_attacks", "describe_instance",
+    "dump_audit_config", "instance_kind", "merge", "options_mapping", "resolve",
+    "training_augment",
+]
 
 _SECTIONS: dict[str, type] = {
     "model": ModelSection,
@@ -226,139 +68,25 @@ _SECTIONS: dict[str, type] = {
 
 
 def _check(cfg: AuditConfig) -> None:
-    def need(cond: bool, message: str) -> None:
-        if not cond:
-            raise ConfigError(message)
-
-    check_run_name(cfg.name)  # it names the folder runs/<name>: a name, never a path
-    m = cfg.model
-    given = [k for k in ("module", "hf_model", "estimator", "predict", "outputs")
-             if getattr(m, k)]
-    if m.instance is not None:
-        _check_instance(m, given)
-    need(m.instance is not None or len(given) == 1,
-         "name the model exactly once: model.module (+ model.weights) for a PyTorch module, "
-         "model.hf_model for a Hugging Face model folder, "
-         "model.estimator for a scikit-learn estimator, model.predict for a prediction "
-         "function, or model.outputs for precomputed outputs"
-         + (f"; got {', '.join(given)}." if given else "; got none."))
-    need(not m.module or bool(m.weights) or m.instance is not None,
-         "model.module needs model.weights (a .safetensors file or a torch.save state dict).")
-    need(not m.weights or bool(m.module), "model.weights needs model.module (its class).")
-    need(not m.public_outputs or bool(m.outputs), "model.public_outputs needs model.outputs.")
-    need(isinstance(m.kwargs, dict), "model.kwargs must be a mapping of constructor arguments.")
-    need(m.max_length is None or (isinstance(m.max_length, int) and not isinstance(
-        m.max_length, bool) and m.max_length >= 2),
-         f"model.max_length must be an integer >= 2 (tokens per text); got {m.max_length!r}.")
-    need(m.max_length is None or bool(m.hf_model),
-         "model.max_length applies to a Hugging Face model folder (model.hf_model).")
-    need(m.base_model is None or (isinstance(m.base_model, str) and bool(m.base_model)),
-         f"model.base_model must be a base-model name, a folder or a .gguf path; got "
-         f"{m.base_model!r}.")
-    need(not m.base_model or bool(m.hf_model),
-         "model.base_model (the pretrained model a causal LM was fine-tuned from) needs "
-         "model.hf_model, a causal LM folder.")
-    need(not cfg.references.base or bool(m.hf_model),
-         "references.base (the checkpoint a Hugging Face model was fine-tuned from) needs "
-         "model.hf_model.")
-    _check_claim(m)
-    need(m.output_kind in OUTPUT_KINDS,
-         f"model.output_kind must be one of {', '.join(OUTPUT_KINDS)}; got {m.output_kind!r}.")
-    need(isinstance(m.tolerance, (int, float)) and 0 < m.tolerance < 1,
-         "model.tolerance must be a number in (0, 1).")
-    need(bool(cfg.data.dataset), "data.dataset is required: a dataset name or a data file.")
-    need(bool(cfg.data.members) != bool(cfg.data.membership_column),
-         "give the training rows as data.members (a file of row indices) or "
-         "data.membership_column (a 0/1 column of the data file), exactly one of them.")
-    need(not (cfg.data.membership_column and cfg.data.nonmembers),
-         "data.nonmembers cannot be combined with data.membership_column (the column says "
-         "which rows are non-members).")
-    need(isinstance(cfg.public.population, (int, float)) and 0 <= cfg.public.population < 1,
-         "public.population must be a fraction in [0, 1).")
-    need(whole(cfg.references.models) and cfg.references.models >= 0,
-         f"references.models must be an integer >= 0 (0: threshold attacks only); got "
-         f"{cfg.references.models!r}.")
-    need(isinstance(cfg.references.allow_fewer_rows, bool),
-         "references.allow_fewer_rows must be true or false.")
-    need(cfg.references.recipe is None or isinstance(cfg.references.recipe, dict),
-         "references.recipe must be a mapping of recipe fields (epochs, lr, ...).")
-    if cfg.references.recipe is not None:  # before the model loads or a reference trains
+    """What the audit config's construction leaves to the registries, before the model loads
+    or a reference trains: the reference recipe's fields, the declared augmentation, the
+    attacks' parameters, compute."""
+    if cfg.references.recipe is not None:
         from miaudit.train.recipe import check_fields
 
         check_fields(cfg.references.recipe, "references.recipe")  # the architecture's: later
-    need(isinstance(cfg.seed, int) and not isinstance(cfg.seed, bool) and cfg.seed >= 0,
-         f"seed must be an integer >= 0 (it seeds numpy's generators); got {cfg.seed!r}.")
-    need(whole(cfg.exposed) and cfg.exposed >= 1,
-         f"exposed must be an integer >= 1 (training samples in the exposure ranking); got "
-         f"{cfg.exposed!r}.")
-    need(cfg.attacks is None or (isinstance(cfg.attacks, list)
-                                 and all(isinstance(a, str) for a in cfg.attacks)),
-         "attacks must be a list of attack names (see `miaudit attacks`).")
-    if cfg.signals is None:  # `signals:` left empty in the YAML
-        cfg.signals = SignalsSection()
-    need(whole(cfg.signals.batch_size) and cfg.signals.batch_size >= 1,
-         f"signals.batch_size must be an integer >= 1 (samples per query batch); got "
-         f"{cfg.signals.batch_size!r}.")
-    if m.augment is not None:  # before the model loads
+    if cfg.model.augment is not None:
         from miaudit.train.augment import normalize_augmentation
 
         try:
-            normalize_augmentation(m.augment)
+            normalize_augmentation(cfg.model.augment)
         except ConfigError as exc:
             raise ConfigError(f"model.augment: {exc}") from exc
-    need(cfg.device in ("auto", "cpu", "cuda") or str(cfg.device).startswith("cuda:"),
-         f"device must be auto, cpu or cuda[:N]; got {cfg.device!r}.")
-    need(all(0 < f < 1 for f in cfg.metrics.fprs), "metrics.fprs must lie in (0, 1).")
-    from miaudit.runtime.devices import PRECISIONS
-
-    need(cfg.precision in PRECISIONS,
-         f"precision must be one of {', '.join(PRECISIONS)}; got {cfg.precision!r}.")
-    need(isinstance(cfg.attack_params, dict),
-         "attack_params must map attack names to mappings {parameter: value}.")
     # names and values, before the model loads or a reference trains
     from miaudit.attacks.registry import check_attack_params
 
     check_attack_params(cfg.attack_params, selected=cfg.attacks)
     cfg.compute = compute_section(cfg.compute)
-    check_field_types(cfg)  # the backstop: every field of its annotated type
-
-
-def _check_claim(m: ModelSection) -> None:
-    """model.dp_epsilon and model.dp_delta come together: an (ε, δ) claim."""
-    from miaudit.config import check_delta
-
-    if (m.dp_epsilon is None) != (m.dp_delta is None):
-        raise ConfigError("give the model's DP claim as both model.dp_epsilon and "
-                          "model.dp_delta (--dp-epsilon 8 --dp-delta 1e-5), or neither.")
-    if m.dp_epsilon is None:
-        return
-    eps = m.dp_epsilon
-    # inf and nan as well: "ε = ∞" claims nothing, and would print as "claimed ε -"
-    if (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0
-            or eps == float("inf")):
-        raise ConfigError(f"model.dp_epsilon must be a number > 0 (the claimed ε, "
-                          f"--dp-epsilon): ε must be a finite number > 0, e.g. 8; got {eps!r}. "
-                          f"A model without a DP claim takes neither --dp-epsilon nor "
-                          f"--dp-delta.")
-    check_delta(m.dp_delta, "model.dp_delta")
-
-
-def _check_instance(m: ModelSection, given: list[str]) -> None:
-    """An in-memory model (the Python API) is the model: nothing else names one, except
-    `module` naming an nn.Module's class (reference models are built from it)."""
-    if isinstance(m.instance, str):  # audit.yaml of an in-memory audit, read back
-        raise ConfigError(
-            f"model.instance is {m.instance!r}: a model given in memory to miaudit.audit() "
-            "cannot be reloaded from a config file. Save it and name the file instead: "
-            "model.estimator (joblib.dump of the estimator), model.module + model.weights "
-            "(its class and state_dict), or model.predict (an importable function)."
-        )
-    others = [k for k in given if not (k == "module" and instance_kind(m.instance) == "torch")]
-    if others or m.weights:
-        raise ConfigError(
-            "an in-memory model is the model: do not also give "
-            f"{', '.join(others + (['model.weights'] if m.weights else []))}."
-        )
 
 
 def training_augment(cfg: AuditConfig) -> tuple[list[Any], str]:
@@ -404,8 +132,11 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def audit_config(data: dict[str, Any] | None) -> AuditConfig:
-    """A validated AuditConfig from a mapping (YAML file and flags merged)."""
-    cfg = build_config(AuditConfig, data or {}, _SECTIONS, "the audit config")
+    """A validated AuditConfig from a mapping (YAML file and flags merged): built (its own
+    rules, :mod:`miaudit.external.audit_spec`), complete, and checked against the
+    registries."""
+    cfg = AuditConfig.build(data or {})
+    check_complete(cfg)  # (an empty mapping builds the defaults)
     _check(cfg)
     return cfg
 
@@ -450,11 +181,11 @@ def _absolute_spec(value: str, base: Path) -> str:
     return value  # an importable module name: not a path
 
 
-def absolute_paths(data: dict[str, Any], base: str | os.PathLike) -> dict[str, Any]:
+def absolute_paths(data: dict[str, Any], base: str | os.PathLike[str]) -> dict[str, Any]:
     """A copy of an audit config mapping with every relative path made absolute against
     `base` (the config file's folder, or the current directory for flags); other values,
     registry dataset names and module names are left as they are."""
-    base = Path(base)
+    folder = Path(base)
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     for fields, make in ((_FILES, _absolute), (_SPECS, _absolute_spec), (_DATA, _absolute_data),
                         (_BASE, _absolute_base)):
@@ -464,14 +195,14 @@ def absolute_paths(data: dict[str, Any], base: str | os.PathLike) -> dict[str, A
                 continue  # absent, or malformed: audit_config says what is wrong
             for key in keys:
                 if isinstance(where.get(key), str) and where[key]:
-                    where[key] = make(where[key], base)
+                    where[key] = make(where[key], folder)
     return out
 
 
 def dump_audit_config(cfg: AuditConfig) -> str:
     """YAML of the resolved configuration, paths absolute (relative ones are taken from the
     current directory): `miaudit audit --config` reruns it as is, from any folder."""
-    return yaml.safe_dump(absolute_paths(cfg.to_dict(), Path.cwd()), sort_keys=False)
+    return str(yaml.safe_dump(absolute_paths(cfg.to_dict(), Path.cwd()), sort_keys=False))
 
 
 # Table files: a label (or text) column names the column of the file itself. A .txt (texts,

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from miaudit.config.sections.spec import required
 from miaudit.data import Dataset, load_dataset
 from miaudit.data.user_files import numpy_file_problem, read_npz_arrays
 from miaudit.errors import ConfigError, DataError
@@ -132,7 +133,8 @@ def read_rows(path: str | Path, n_rows: int, what: str) -> np.ndarray:
 
 def _load_with_column(cfg: AuditConfig) -> tuple[Dataset, np.ndarray]:
     """The data file without its membership column, and that column as a bool mask."""
-    path, column = Path(cfg.data.dataset), cfg.data.membership_column
+    path = Path(required(cfg.data.dataset, "data.dataset"))
+    column = required(cfg.data.membership_column, "data.membership_column")
     if not path.is_file():
         raise DataError(f"data.membership_column needs a data file; {path} is not one.")
     if path.suffix == ".npz":
@@ -283,7 +285,7 @@ def other_preprocessing(cfg: AuditConfig, data: AuditData) -> tuple[str, Dataset
     mode = cfg.data.options.get("preprocessing", "standard")
     other = "raw" if mode == "standard" else "standard"
     try:
-        alt = load_dataset(cfg.data.dataset, cfg.data_dir,
+        alt = load_dataset(required(cfg.data.dataset, "data.dataset"), cfg.data_dir,
                            **{**cfg.data.options, "preprocessing": other})
     except DataError:  # e.g. raw refused, or a file whose raw form fails its own checks
         return None
@@ -316,8 +318,10 @@ def build_audit_data(cfg: AuditConfig) -> AuditData:
         if members.size == 0:
             raise DataError(f"membership column {cfg.data.membership_column!r} has no 1s.")
     else:
-        data = load_dataset(cfg.data.dataset, cfg.data_dir, **cfg.data.options)
-        members = read_rows(cfg.data.members, len(data), "data.members")
+        data = load_dataset(required(cfg.data.dataset, "data.dataset"), cfg.data_dir,
+                            **cfg.data.options)
+        members = read_rows(required(cfg.data.members, "data.members"), len(data),
+                            "data.members")
     public_options = _public_options(cfg)
     same = cfg.public.dataset in (None, cfg.data.dataset) and not (
         cfg.public.options and public_options != cfg.data.options)
@@ -328,9 +332,11 @@ def build_audit_data(cfg: AuditConfig) -> AuditData:
         public_rows = read_rows(cfg.public.rows, len(data), "public.rows")
     elif not same:
         if data.kind != "text":  # a text table's other columns are not read: only its texts
-            _check_table_columns(cfg.data.dataset, cfg.public.dataset,
+            _check_table_columns(required(cfg.data.dataset, "data.dataset"),
+                                 required(cfg.public.dataset, "public.dataset"),
                                  cfg.data.membership_column)
-        public = load_dataset(cfg.public.dataset, cfg.data_dir, **public_options)
+        public = load_dataset(required(cfg.public.dataset, "public.dataset"), cfg.data_dir,
+                              **public_options)
         _check_compatible(data, public)
         public_rows = (read_rows(cfg.public.rows, len(public), "public.rows") if cfg.public.rows
                        else np.arange(len(public)))

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from miaudit.attacks import list_attacks
+from miaudit.config.sections.spec import required
 from miaudit.data import Dataset
 from miaudit.data.dataset import require_labels
 from miaudit.errors import ConfigError
@@ -183,10 +184,11 @@ def load_hf_target(cfg: AuditConfig, data: AuditData) -> tuple[Target, AuditData
     ``cfg.model.base_model`` to that folder: the base is then lm-base-reference's reference,
     as a base given with --base-model is, and the summary's base_model names it."""
     notes: list[str] = []
-    if is_adapter_folder(cfg.model.hf_model):
+    hf_model = required(cfg.model.hf_model, "model.hf_model")
+    if is_adapter_folder(hf_model):
         from miaudit.train.model_cache import default_cache_dir
 
-        adapter = inspect_adapter(cfg.model.hf_model, cfg.model.base_model)
+        adapter = inspect_adapter(hf_model, cfg.model.base_model)
         folder = adapter_folder(adapter, cfg.cache_dir if cfg.cache_dir else default_cache_dir())
         if adapter.base_from_config:
             cfg.model.base_model = adapter.base
@@ -194,7 +196,7 @@ def load_hf_target(cfg: AuditConfig, data: AuditData) -> tuple[Target, AuditData
                          "adapter_config.json (base_model_name_or_path); give --base-model "
                          "(model.base_model) if it was trained on another")
     else:
-        folder = inspect_folder(cfg.model.hf_model)
+        folder = inspect_folder(hf_model)
     if data.kind != "text":
         raise ConfigError(
             f"a Hugging Face model folder is audited on texts, but the audit data "
@@ -263,7 +265,8 @@ def load_base_reference(cfg: AuditConfig, target: Target,
     from miaudit.models.pretrained import load_base_model
 
     hf = target.hf
-    model, tokenizer = load_base_model(cfg.model.base_model, cache_dir=cache_dir, device=device)
+    model, tokenizer = load_base_model(required(cfg.model.base_model, "model.base_model"),
+                                       cache_dir=cache_dir, device=device)
     ours = hf.tokenizer.get_vocab_size(with_added_tokens=True)
     theirs = len(tokenizer)
     table = int(model.get_output_embeddings().weight.shape[0])

@@ -37,6 +37,7 @@ from torch import nn
 from miaudit import version
 from miaudit.cache import code_version
 from miaudit.config import compute_section
+from miaudit.config.sections.spec import required
 from miaudit.errors import CacheError, ConfigError
 from miaudit.external.audit_config import AuditConfig
 from miaudit.external.data import AuditData
@@ -86,7 +87,7 @@ def torch_recipe(cfg: AuditConfig, target: Target) -> tuple[Recipe | None, str |
             fields["architecture"] = "import"
             fields["arch_params"] = {
                 "path": cfg.model.module, "kwargs": cfg.model.kwargs,
-                "source_sha256": source_digest(cfg.model.module),
+                "source_sha256": source_digest(required(cfg.model.module, "model.module")),
             }
         return Recipe.from_dict(fields), None
     if stated is None or "architecture" not in stated:

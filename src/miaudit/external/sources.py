@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from miaudit.config.sections.spec import required
 from miaudit.data.user_files import numpy_file_problem
 from miaudit.errors import ConfigError, DataError
 from miaudit.external.audit_config import ModelSection
@@ -402,7 +403,8 @@ def load_target(
     if spec.module:
         if not spec.weights:
             check_model_files(spec)  # the weights' error, before the class is imported
-        state = load_state(spec.weights)  # read (never unpickled) before the class's import
+        # read (never unpickled) before the class's import
+        state = load_state(required(spec.weights, "model.weights"))
         with torch.random.fork_rng():  # building the module must not move the caller's RNG
             module = build_model("import", input_shape, num_classes, path=spec.module,
                                  kwargs=spec.kwargs)

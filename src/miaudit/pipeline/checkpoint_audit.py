@@ -18,7 +18,7 @@ from typing import Any
 from miaudit.config import RunConfig
 from miaudit.formatting import fmt_auc, markdown_table, pct_ci, rate
 from miaudit.io import write_json, write_text
-from miaudit.pipeline.evaluate import evaluate_bank
+from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
 from miaudit.pipeline.querying import BuiltBank, query_bank
 from miaudit.records.outcomes import AttackMetrics, AuditResult
 from miaudit.report import write_report
@@ -88,11 +88,10 @@ def audit_checkpoints(
         models = [m.checkpoints[label] for m in built.models]
         bank, _ = query_bank(cfg, built.dataset, design, models, [], built.queries,
                              built.info["device"], progress, texts=built.texts)  # fmt: skip
-        result = evaluate_bank(
-            bank, design.target, cfg.attacks, cfg.attack_params, cfg.metrics, cfg.seed,
+        result = evaluate_attacks(bank, design.target, cfg.attacks, EvaluationOptions(
+            params=cfg.attack_params, metrics=cfg.metrics, seed=cfg.seed,
             train_seconds=[m.train_seconds for m in models], progress=progress,
-            target_privacy=kept.privacy, canaries=cfg.canaries, membership="miaudit",
-        )
+            target_privacy=kept.privacy, canaries=cfg.canaries, membership="miaudit"))
         assert kept.step is not None and bank.audit is not None  # a checkpoint has its step
         epoch = kept.step / steps_per_epoch(kept.recipe, kept.n_train)
         result.meta.update({

@@ -5,6 +5,8 @@ samples (thresholds for balanced accuracy chosen on public data only), with its 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -145,6 +147,105 @@ def attack_threshold(
     return public_threshold(result.name, view, params)
 
 
+@dataclass(frozen=True)
+class EvaluationOptions:
+    """How :func:`evaluate_attacks` scores and evaluates the attacks (the defaults: as
+    ``miaudit attack`` does on a bare bank).
+
+    ``params``: ``{attack: {param: value}}``; ``metrics``: the FPRs, bootstrap, confidence
+    (default ``MetricsConfig()``); ``seed``: of the bootstrap and the bounds;
+    ``train_seconds``: each model's recorded training seconds (an attack's cost counts those
+    of the models it used), None when unknown; ``thresholds``: choose each attack's
+    public-data threshold (balanced accuracy; off in studies that report none, which saves
+    an attack run each); ``skip_unsupported``: list the attacks the bank cannot support in
+    ``meta["skipped"]`` instead of failing; ``progress``: a bar over the attacks;
+    ``target_privacy``: a DP-SGD target's privacy record (the claim the bounds audit);
+    ``canaries``: the canary settings of the bounds on canaries; ``membership``: who drew the
+    audit samples' membership ("miaudit", "user" or "unknown"); ``split_check``: the split
+    check's record the caller ran on the audit rows, or None."""
+
+    params: Mapping[str, Mapping[str, Any]] | None = None
+    metrics: MetricsConfig | None = None
+    seed: int = 0
+    train_seconds: Sequence[float] | None = None
+    thresholds: bool = True
+    skip_unsupported: bool = False
+    progress: bool = True
+    target_privacy: Mapping[str, Any] | None = None
+    canaries: CanariesConfig | None = None
+    membership: str = "unknown"
+    split_check: dict[str, Any] | None = None
+
+
+def evaluate_attacks(
+    bank: SignalBank, target: int, attacks: Sequence[str],
+    options: EvaluationOptions | None = None,
+) -> AuditResult:
+    """Score every attack for ``target`` and evaluate it on the bank's audit samples: the
+    typed entry point of the pipeline, the studies' and the Python API's
+    (``miaudit.api.evaluate_attacks``). ``options``: :class:`EvaluationOptions`.
+
+    Each attack's metrics get its ε lower bounds (docs/algorithms.md §16): the threshold bound
+    on the audit samples at the δ of ``target_privacy`` (else ``metrics.epsilon_delta``), and
+    on a bank with canaries the one-run and threshold bounds on them (``canaries``: guesses,
+    α, δ; default CanariesConfig()). ``meta["privacy_audit"]`` (a
+    :class:`~miaudit.privacy.audit_record.PrivacyAudit`) names the best bound,
+    Bonferroni-corrected over all of them, and what it says of the claim: ``membership`` is
+    who drew the audit samples' membership (a threshold bound refutes a claim with a proof
+    only when miaudit drew it at random; :func:`miaudit.privacy.audit_record.claim_finding`).
+    A model-free attack (``blind``) gets no bound: it says nothing about the model.
+
+    ``meta["checks"]``: ``split`` (the ``split_check`` option), ``target_fit``
+    (:func:`target_fit`) and ``design`` (:func:`miaudit.pipeline.design_check.design_check`),
+    which the verdict reads; a split that some model-free measurement tells apart withholds
+    any refutation of the claim.
+    """
+    opts = options or EvaluationOptions()
+    metric_cfg = opts.metrics or MetricsConfig()
+    attacks = list(attacks)
+    for name in attacks:
+        get_attack(name)  # unknown names fail before any work
+    attack_params = check_attack_params(opts.params)  # and so do their parameters
+    view = TargetView.of(bank, target)
+    assert bank.audit is not None  # SignalBank.__post_init__ sets it
+    members = bank.membership[target][bank.audit]
+    if members.all() or not members.any():
+        raise AttackError(
+            f"target {target} has {int(members.sum())} members among {members.size} audit "
+            "samples; evaluation needs both members and non-members. Check the membership "
+            "matrix and the audit mask."
+        )
+    plan = EpsilonPlan.of(bank, target, metric_cfg, opts.seed, opts.target_privacy,
+                          opts.canaries, opts.membership)
+    outcomes = []
+    skipped: dict[str, str] = {}
+    # No rate or time left: it would be redrawn only between attacks, so stale while a
+    # scorer (whose own bar shows its epochs) trains.
+    names = progress_bar(len(attacks), "attacks", "attack", enabled=opts.progress,
+                         iterable=attacks,
+                         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}")  # fmt: skip
+    for name in names:
+        names.set_postfix_str(name)  # which one is running: scorers take far longer than others
+        spec = get_attack(name)
+        if opts.skip_unsupported:
+            try:
+                spec.needs.check(view, name)
+            except AttackError as exc:
+                skipped[name] = str(exc)
+                continue
+        outcomes.append(_score(name, view, attack_params.get(name, {}), bank.audit, members,
+                               plan, metric_cfg, opts.seed, opts.thresholds,
+                               opts.train_seconds))
+    settings = plan.settings(split_shifted(opts.split_check, outcomes, metric_cfg.confidence))
+    return AuditResult(
+        indices=np.nonzero(bank.audit)[0], members=members, outcomes=outcomes,
+        meta={"target": target, "models": model_accuracies(bank), "skipped": skipped,
+              "privacy_audit": privacy_audit(outcomes, settings),
+              "checks": {"split": opts.split_check, "target_fit": target_fit(bank, target),
+                         "design": design_check(view, members)}},
+    )
+
+
 def evaluate_bank(
     bank: SignalBank,
     target: int,
@@ -162,74 +263,20 @@ def evaluate_bank(
     membership: str = "unknown",
     split_check: dict[str, Any] | None = None,
 ) -> AuditResult:
-    """Score every attack for `target` and evaluate it on the bank's audit samples.
-
-    With `skip_unsupported`, attacks the bank cannot support (no references, no channel, ...)
-    are listed in `meta["skipped"]` with the reason instead of failing the whole run.
-    `progress`: a bar over the attacks, naming the one running
-    (see :mod:`miaudit.runtime.progress`).
-
-    Each attack's metrics get its ε lower bounds (docs/algorithms.md §16): the threshold bound
-    on the audit samples at the δ of `target_privacy` (a DP-SGD target's privacy record, the
-    claim audited; else ``metrics.epsilon_delta``), and on a bank with canaries the one-run
-    and threshold bounds on them (`canaries`: guesses, α, δ; default CanariesConfig()).
-    `meta["privacy_audit"]` (a :class:`~miaudit.privacy.audit_record.PrivacyAudit`) names the
-    best bound, Bonferroni-corrected over all of them, and what it says of the claim:
-    ``membership`` ("miaudit", "user" or "unknown") is who drew the audit samples' membership
-    (a threshold bound refutes a claim with a proof only when miaudit drew it at random;
-    :func:`miaudit.privacy.audit_record.claim_finding`). A model-free attack
-    (``blind``) gets no bound: it says nothing about the model.
-
-    `meta["checks"]`: ``split`` (``split_check``, the record of
-    :func:`miaudit.verdict.split_check.split_check` the caller ran on the audit rows, or
-    None), ``target_fit`` (:func:`target_fit`) and ``design``
-    (:func:`miaudit.pipeline.design_check.design_check`), which the verdict reads; a split that
-    some model-free measurement tells apart withholds any refutation of the claim.
-    """
-    metric_cfg = metric_cfg or MetricsConfig()
-    for name in attacks:
-        get_attack(name)  # unknown names fail before any work
-    attack_params = check_attack_params(attack_params)  # and so do their parameters
-    view = TargetView.of(bank, target)
-    assert bank.audit is not None  # SignalBank.__post_init__ sets it
-    members = bank.membership[target][bank.audit]
-    if members.all() or not members.any():
-        raise AttackError(
-            f"target {target} has {int(members.sum())} members among {members.size} audit "
-            "samples; evaluation needs both members and non-members. Check the membership "
-            "matrix and the audit mask."
-        )
-    plan = EpsilonPlan.of(bank, target, metric_cfg, seed, target_privacy, canaries, membership)
-    outcomes = []
-    skipped: dict[str, str] = {}
-    # No rate or time left: it would be redrawn only between attacks, so stale while a
-    # scorer (whose own bar shows its epochs) trains.
-    names = progress_bar(len(attacks), "attacks", "attack", enabled=progress, iterable=attacks,
-                         bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}")  # fmt: skip
-    for name in names:
-        names.set_postfix_str(name)  # which one is running: scorers take far longer than others
-        spec = get_attack(name)
-        if skip_unsupported:
-            try:
-                spec.needs.check(view, name)
-            except AttackError as exc:
-                skipped[name] = str(exc)
-                continue
-        outcomes.append(_score(name, view, attack_params.get(name, {}), bank.audit, members,
-                               plan, metric_cfg, seed, thresholds, train_seconds))
-    settings = plan.settings(split_shifted(split_check, outcomes, metric_cfg.confidence))
-    return AuditResult(
-        indices=np.nonzero(bank.audit)[0], members=members, outcomes=outcomes,
-        meta={"target": target, "models": model_accuracies(bank), "skipped": skipped,
-              "privacy_audit": privacy_audit(outcomes, settings),
-              "checks": {"split": split_check, "target_fit": target_fit(bank, target),
-                         "design": design_check(view, members)}},
-    )
+    """:func:`evaluate_attacks` with its options as keyword arguments (the older spelling,
+    kept for callers and tests written against it); the arguments are
+    :class:`EvaluationOptions`' fields (``attack_params``: ``params``, ``metric_cfg``:
+    ``metrics``)."""
+    return evaluate_attacks(bank, target, attacks, EvaluationOptions(
+        params=attack_params, metrics=metric_cfg, seed=seed, train_seconds=train_seconds,
+        thresholds=thresholds, skip_unsupported=skip_unsupported, progress=progress,
+        target_privacy=target_privacy, canaries=canaries, membership=membership,
+        split_check=split_check))
 
 
 def _score(name: str, view: TargetView, params: dict[str, Any], audit: np.ndarray,
            members: np.ndarray, plan: EpsilonPlan, metric_cfg: MetricsConfig, seed: int,
-           thresholds: bool, train_seconds: list[float] | None) -> AttackOutcome:
+           thresholds: bool, train_seconds: Sequence[float] | None) -> AttackOutcome:
     """One attack on ``view``: its scores on the ``audit`` samples, evaluated against
     ``members`` (the target's membership there, which the attack never sees), with its ε
     bounds and its cost."""

@@ -47,10 +47,8 @@ def resolve_recipes(cfg: RunConfig) -> Recipes:
     # a bad field is named by its place in the config: recipe.lr, recipes.strong.epochs, ...
     where = f"recipes.{cfg.recipe}" if isinstance(cfg.recipe, str) else "recipe"
     target = Recipe.from_dict(target_fields, where)
-    if ref == "target":
-        reference, source = target, "target"
-    elif ref == "plain":
-        reference, source = target.plain(), "plain"
+    if isinstance(ref, str):  # "target" or "plain" (recipe_fields resolved a name)
+        reference, source = (target, "target") if ref == "target" else (target.plain(), "plain")
     else:
         named = isinstance(cfg.reference_recipe, str)
         where = f"recipes.{cfg.reference_recipe}" if named else "reference_recipe"

@@ -1,17 +1,16 @@
-"""A whole run: config checked, bank built, attacks evaluated, checkpoints audited, report
-written, all into a staging folder that becomes the run directory only on success."""
+"""`miaudit run`: the models of a config's design trained (or loaded from the model cache) by
+miaudit, as the source of a run (:class:`RunSource`); the shared steps (run folder, split
+check, evaluation, verdict, report) are :mod:`miaudit.pipeline.orchestrator`'s."""
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
 from miaudit.attacks import get_attack
-from miaudit.attacks.registry import check_attack_params
 from miaudit.config import (
     RunConfig,
     check_attacks_fit,
@@ -28,22 +27,32 @@ from miaudit.pipeline.canaries import (
     exposure_summary,
 )
 from miaudit.pipeline.checkpoint_audit import audit_checkpoints, checkpoints_table
-from miaudit.pipeline.evaluate import evaluate_bank
+from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
 from miaudit.pipeline.models import check_labels, resolve_recipes
+from miaudit.pipeline.orchestrator import (
+    Obtained,
+    RunPlan,
+    SplitRows,
+    Written,
+    check_attacks,
+    orchestrate,
+    run_folder,
+)
 from miaudit.pipeline.querying import BuiltBank, build_bank
 from miaudit.privacy.best_bound import privacy_audit
 from miaudit.privacy.white_box import gradient_canaries_csv, white_box_audit
 from miaudit.records.outcomes import AttackOutcome, AuditResult
-from miaudit.records.run_dir import StagedRunDir, check_run_name
-from miaudit.report import format_table, write_report
+from miaudit.records.run_meta import DatasetFacts, RunMeta
 from miaudit.report.plots import calibration_figure
-from miaudit.train.cluster import write_training_document
-from miaudit.verdict.split_check import split_check
+from miaudit.verdict.records import ReleaseVerdict
+
+# what an attacker sees of a classifier miaudit trained (the verdict's words)
+_OUTPUTS = "outputs (logits or probabilities)"
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
-    check_run_name(cfg.name)  # a RunConfig built in Python skipped its _check
-    return Path(cfg.output) if cfg.output else Path("runs") / cfg.name
+    """The run folder of ``cfg``: ``output``, else ``runs/<name>``."""
+    return run_folder(cfg.name, cfg.output)
 
 
 def _forgetting_outcomes(cfg: RunConfig, built: BuiltBank) -> list[AttackOutcome]:
@@ -54,20 +63,17 @@ def _forgetting_outcomes(cfg: RunConfig, built: BuiltBank) -> list[AttackOutcome
         return []
     target = built.models[built.design.target]
     seconds = [target.train_seconds, *(tm.train_seconds for tm in built.forgetting)]
-    result = evaluate_bank(
-        built.forgetting_bank, 0, names, cfg.attack_params, cfg.metrics, cfg.seed,
-        train_seconds=seconds, skip_unsupported=True, target_privacy=target.privacy,
-        canaries=cfg.canaries, membership="miaudit",
-    )
+    result = evaluate_attacks(built.forgetting_bank, 0, names, EvaluationOptions(
+        params=cfg.attack_params, metrics=cfg.metrics, seed=cfg.seed, train_seconds=seconds,
+        skip_unsupported=True, target_privacy=target.privacy, canaries=cfg.canaries,
+        membership="miaudit"))
     return [dataclasses.replace(o, name=f"{o.name}.forgetting") for o in result.outcomes]
 
 
-def _split_check(cfg: RunConfig, built: BuiltBank) -> dict[str, Any] | None:
-    """The model-free split check on the target's audit samples: miaudit drew their membership
-    at random, so it should find nothing (a check of the design, and the baseline the verdict
-    compares attacks with). None when the config turns it off."""
-    if not cfg.metrics.split_check:
-        return None
+def _split_rows(built: BuiltBank) -> SplitRows:
+    """The target's audit samples as the model-free split check reads them: miaudit drew
+    their membership at random, so it should find nothing (a check of the design, and the
+    baseline the verdict compares attacks with)."""
     bank = built.bank
     assert bank is not None and bank.audit is not None  # build_bank queried the models
     rows = built.design.split.rows[bank.audit]  # dataset rows of the audit samples
@@ -76,8 +82,8 @@ def _split_check(cfg: RunConfig, built: BuiltBank) -> dict[str, Any] | None:
     source = built.original or built.dataset  # the values before canaries relabelled any
     # texts without labels (a causal LM's): the texts alone, no label feature
     labels = source.labels[rows] if source.labelled else None
-    return split_check(members, features=None if texts is not None else source.features[rows],
-                       labels=labels, texts=texts, metric_cfg=cfg.metrics, seed=cfg.seed)
+    return SplitRows(members, features=None if texts is not None else source.features[rows],
+                     labels=labels, texts=texts)
 
 
 def _check_attacks_fit(cfg: RunConfig) -> None:
@@ -109,115 +115,153 @@ def _classifier_on_a_file(cfg: RunConfig) -> bool:
     return cfg.dataset.name not in {info.name for info in list_datasets(cfg.data_dir)}
 
 
+def _reference_note(cfg: RunConfig, n: int) -> str:
+    """How the run's reference models were made, for the verdict's caveats."""
+    if n == 0:
+        return ("No reference models (the design has the target alone); only attacks on the "
+                "target's own outputs ran. Reference-based attacks are usually far stronger at "
+                "low FPR, so these figures likely understate the leak.")
+    source = resolve_recipes(cfg).reference_source
+    if source == "target":
+        return (f"The {n} reference models were trained by this run with the target's own "
+                "recipe, on rows drawn like its own: the attacks know how the model was "
+                "trained, as an informed attacker would.")
+    return (f"The {n} reference models were trained with another recipe than the target's "
+            f"(reference_recipe: {source}); reference-based attacks are then weaker than an "
+            "attacker's who knows how the model was trained.")
+
+
+class RunSource:
+    """`miaudit run`'s models (:class:`~miaudit.pipeline.orchestrator.ModelSource`): every
+    model of the config's design trained here or loaded from the model cache, the target
+    among them; the run's own steps: calibration-via-forgetting outcomes, canaries (the
+    one-run bounds, canaries.csv, the secret canaries' exposure), white-box gradient canaries
+    and the checkpoints' audits."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.built: BuiltBank | None = None
+        self.checkpoints: list[dict[str, Any]] | None = None
+
+    def plan(self) -> RunPlan:
+        cfg = self.cfg
+        check_attacks(cfg.attacks, cfg.attack_params)
+        resolve_recipes(cfg)  # a bad recipe field fails before the dataset loads
+        _check_attacks_fit(cfg)  # an attack the bank could not support fails before training
+        check_canaries(cfg)  # so do canaries that could never certify ε > 0
+        cfg.compute = compute_section(cfg.compute)  # and a bad compute section
+        return RunPlan(command="run", name=cfg.name, output=cfg.output,
+                       config_file="config.yaml", config_text=dump_config(cfg),
+                       identity=identity_config(cfg.to_dict()),
+                       defaults=identity_config(RunConfig().to_dict()),
+                       seed=cfg.seed, metrics=cfg.metrics)
+
+    def obtain(self, progress: bool) -> Obtained:
+        cfg = self.cfg
+        built = self.built = build_bank(cfg, progress)
+        bank = built.bank
+        assert bank is not None and bank.audit is not None  # query=True: a bank
+        target = built.models[built.design.target]
+        n_references = bank.n_models - 1
+        return Obtained(
+            bank=bank, target=built.design.target, attacks=list(cfg.attacks),
+            options=EvaluationOptions(
+                params=cfg.attack_params, metrics=cfg.metrics, seed=cfg.seed,
+                train_seconds=[tm.train_seconds for tm in built.models], progress=progress,
+                target_privacy=target.privacy, canaries=cfg.canaries, membership="miaudit"),
+            split=_split_rows(built),
+            rows=built.design.split.rows[np.flatnonzero(bank.audit)],
+            trained_models=built.models,
+            outputs="token probabilities" if bank.has_sequences else _OUTPUTS,
+            references=n_references, reference_note=_reference_note(cfg, n_references),
+        )
+
+    def complete(self, result: AuditResult, obtained: Obtained, out: Path,
+                 progress: bool) -> Written:
+        cfg, built = self.cfg, self.built
+        assert built is not None  # obtain ran
+        result.outcomes += _forgetting_outcomes(cfg, built)
+        # the best bound again, over the forgetting outcomes' bounds too (Bonferroni over all)
+        audit = privacy_audit(result.outcomes, result.meta["privacy_audit"])
+        written = Written()
+        if built.design.split.canaries.size:
+            audit = audit.with_canary_kind(cfg.canaries.kind)
+            write_text(out / "canaries.csv",
+                       canaries_csv(built.design, built.dataset, built.original or built.dataset,
+                                    built.info.get("canary_secrets")))
+            written.files.append("canaries.csv")
+            if built.info.get("canary_secrets"):
+                result.meta["canary_exposure"] = exposure_summary(
+                    built.info["canary_secrets"], built.design.canary_included())
+        record = built.gradient_canaries
+        if record is not None:  # white-box families of their own, beside the black-box ones
+            audit = dataclasses.replace(audit, white_box=white_box_audit(
+                record, cfg.canaries, audit.settings))
+            write_text(out / "gradient_canaries.csv", gradient_canaries_csv(record, cfg.canaries))
+            written.files.append("gradient_canaries.csv")
+        result.meta["privacy_audit"] = audit
+        if built.models[built.design.target].checkpoints:
+            self.checkpoints = audit_checkpoints(cfg, built, result, out, progress)
+            written.files += ["checkpoints.json", "checkpoints.md", "checkpoints"]
+        figure = calibration_figure(result)
+        if figure is not None:
+            written.figures["calibration"] = figure
+        return written
+
+    def expose(self, result: AuditResult, verdict: ReleaseVerdict, obtained: Obtained,
+               out: Path) -> Written:
+        return Written()  # the report's figures show the run's exposure
+
+    def record(self, result: AuditResult, obtained: Obtained, seconds: float) -> RunMeta:
+        cfg, built = self.cfg, self.built
+        assert built is not None and built.bank is not None  # obtain ran
+        assert built.bank.audit is not None  # set by the bank
+        target = built.models[built.design.target]
+        after: dict[str, Any] = {}
+        if self.checkpoints is not None:
+            after["checkpoints"] = self.checkpoints
+        notes = [*built.design.notes, *built.info.get("notes", [])]
+        if notes:  # e.g. references trained on fewer rows than the target, texts cut
+            after["warnings"] = [*(result.meta.get("warnings") or []), *notes]
+        return RunMeta(
+            command="run", run=cfg.name, seed=cfg.seed, dataset=DatasetFacts.of(built.dataset),
+            queries=", ".join(built.queries), audit_samples=int(built.bank.audit.sum()),
+            trained=built.trained, from_cache=built.reused, device=built.info["device"],
+            seconds=round(seconds, 1), config=cfg.to_dict(),
+            facts={
+                "recipes": resolve_recipes(cfg).describe(),
+                "dataset_notes": built.dataset.notes,
+                "design": cfg.design,
+                "n_models": built.design.n_models,
+                "forgetting_models": len(built.forgetting),
+                "train_wall_seconds": round(built.info["train_wall_seconds"], 1),
+                # what training them took originally (cached models keep their recorded
+                # seconds)
+                "train_seconds_original": round(
+                    sum(tm.train_seconds for tm in [*built.models, *built.forgetting]), 1),
+                "target_privacy": getattr(target, "privacy", None),
+            },
+            after=after,
+        )
+
+    def echo_lines(self, result: AuditResult) -> list[str]:
+        lines = []
+        if self.checkpoints:
+            lines.append("\ncheckpoints (target and references at the same position):\n"
+                         + checkpoints_table(self.checkpoints, self.cfg.metrics.fprs))
+        if result.meta.get("canary_exposure"):
+            lines.append("\n" + exposure_line(result.meta["canary_exposure"]))
+        return lines
+
+
 def run(
     cfg: RunConfig, progress: bool = True, echo: bool = True, overwrite: bool = False
 ) -> tuple[AuditResult, Path]:
-    """The whole audit; writes config.yaml, training.json, bank.npz and the report into the
-    run directory.
+    """The whole audit (:func:`~miaudit.pipeline.orchestrator.orchestrate` with
+    :class:`RunSource`); writes config.yaml, training.json, bank.npz, verdict.txt,
+    verdict.json and the report into the run directory.
 
     The config is checked before any work; everything is written into a staging folder that
-    replaces the previous run's files only when this run succeeds (io.StagedRunDir), so a
-    failing or interrupted run leaves the previous one intact."""
-    for name in cfg.attacks:
-        get_attack(name)
-    check_attack_params(cfg.attack_params)  # a RunConfig built in Python skipped its _check
-    resolve_recipes(cfg)  # a bad recipe field fails before the dataset loads
-    _check_attacks_fit(cfg)  # an attack the bank could not support fails before training
-    check_canaries(cfg)  # so do canaries that could never certify ε > 0
-    cfg.compute = compute_section(cfg.compute)  # and a bad compute section
-    out = run_dir_for(cfg)
-    with StagedRunDir(out, command="run", name=cfg.name, config=identity_config(cfg.to_dict()),
-                      defaults=identity_config(RunConfig().to_dict()),
-                      overwrite=overwrite) as stage:
-        result, checkpoints = _run_into(cfg, stage, progress)
-    if echo:
-        print(format_table(result))
-        if checkpoints:
-            print("\ncheckpoints (target and references at the same position):\n"
-                  + checkpoints_table(checkpoints, cfg.metrics.fprs))
-        if result.meta.get("canary_exposure"):
-            print("\n" + exposure_line(result.meta["canary_exposure"]))
-        print(f"\nreport: {out / 'report.html'}")
-    return result, out
-
-
-def _run_into(
-    cfg: RunConfig, out: Path, progress: bool
-) -> tuple[AuditResult, list[dict[str, Any]] | None]:
-    """The work of `run`, written into `out` (the staging folder); the result and the
-    checkpoint rows (None without checkpoints)."""
-    write_text(out / "config.yaml", dump_config(cfg))
-    start = time.perf_counter()
-    torch.manual_seed(cfg.seed)
-    built = build_bank(cfg, progress)
-    assert built.bank is not None and built.bank.audit is not None  # query=True: a bank
-    # where each of the design's models came from: a node of the Ray cluster, this machine
-    # ("local") or the cache
-    write_training_document(out, built.models)
-    built.bank.save(out / "bank.npz")
-    target = built.models[built.design.target]
-    result = evaluate_bank(
-        built.bank, built.design.target, cfg.attacks, cfg.attack_params, cfg.metrics, cfg.seed,
-        train_seconds=[tm.train_seconds for tm in built.models], progress=progress,
-        target_privacy=target.privacy, canaries=cfg.canaries, membership="miaudit",
-        split_check=_split_check(cfg, built),
-    )
-    result.outcomes += _forgetting_outcomes(cfg, built)
-    # the best bound again, over the forgetting outcomes' bounds too (Bonferroni over all)
-    audit = privacy_audit(result.outcomes, result.meta["privacy_audit"])
-    written = ["config.yaml", "bank.npz", "training.json"]
-    if built.design.split.canaries.size:
-        audit = audit.with_canary_kind(cfg.canaries.kind)
-        write_text(out / "canaries.csv",
-                   canaries_csv(built.design, built.dataset, built.original or built.dataset,
-                                built.info.get("canary_secrets")))
-        written.append("canaries.csv")
-        if built.info.get("canary_secrets"):
-            result.meta["canary_exposure"] = exposure_summary(
-                built.info["canary_secrets"], built.design.canary_included())
-    record = built.gradient_canaries
-    if record is not None:  # white-box families of their own, beside the black-box ones
-        audit = dataclasses.replace(audit, white_box=white_box_audit(
-            record, cfg.canaries, audit.settings))
-        write_text(out / "gradient_canaries.csv", gradient_canaries_csv(record, cfg.canaries))
-        written.append("gradient_canaries.csv")
-    result.meta["privacy_audit"] = audit
-    result.meta.update({
-        "recipes": resolve_recipes(cfg).describe(),
-        "run": cfg.name,
-        "seed": cfg.seed,
-        "dataset": built.dataset.name,
-        "dataset_source": built.dataset.source,
-        "dataset_notes": built.dataset.notes,
-        "dataset_preprocessing": built.dataset.preprocessing,
-        "dataset_labels": "labelled" if built.dataset.labelled else "unlabelled",
-        "design": cfg.design,
-        "n_models": built.design.n_models,
-        "forgetting_models": len(built.forgetting),
-        "queries": ", ".join(built.queries),
-        "audit_samples": int(built.bank.audit.sum()),
-        "models_trained": built.trained,
-        "models_from_cache": built.reused,
-        "train_wall_seconds": round(built.info["train_wall_seconds"], 1),
-        # what training them took originally (cached models keep their recorded seconds)
-        "train_seconds_original": round(
-            sum(tm.train_seconds for tm in [*built.models, *built.forgetting]), 1),
-        "target_privacy": getattr(target, "privacy", None),
-        "device": built.info["device"],
-        "seconds": round(time.perf_counter() - start, 1),
-        "config": cfg.to_dict(),
-    })
-    checkpoints = None
-    if built.models[built.design.target].checkpoints:
-        checkpoints = audit_checkpoints(cfg, built, result, out, progress)
-        result.meta["checkpoints"] = checkpoints
-    notes = [*built.design.notes, *built.info.get("notes", [])]
-    if notes:  # e.g. references trained on fewer rows than the target, texts cut
-        result.meta["warnings"] = [*(result.meta.get("warnings") or []), *notes]
-    result.rows = built.design.split.rows[result.indices]  # the report names dataset rows
-    figure = calibration_figure(result)
-    if checkpoints:
-        written += ["checkpoints.json", "checkpoints.md", "checkpoints"]
-    write_report(result, out, extra_figures={"calibration": figure} if figure else None,
-                 run_files=written)
-    return result, checkpoints
+    replaces the previous run's files only when this run succeeds (records.StagedRunDir), so
+    a failing or interrupted run leaves the previous one intact."""
+    return orchestrate(RunSource(cfg), progress=progress, echo=echo, overwrite=overwrite)

@@ -26,6 +26,7 @@ from miaudit.records.privacy import (
     ThresholdEpsilon,
     ThresholdGaussianDP,
 )
+from miaudit.records.run_meta import RunMeta
 
 if TYPE_CHECKING:  # pandas is imported only by to_frame: `import miaudit` stays cheap
     import pandas as pd
@@ -304,11 +305,15 @@ class AuditResult:
     outcomes: list[AttackOutcome]
     meta: dict[str, Any] = field(default_factory=dict)  # dataset, target, model accuracies,
     # config, seed, warnings: free-form, JSON-serialisable, but for the typed records
-    # "privacy_audit" (miaudit.privacy.audit_record.PrivacyAudit) and, from `miaudit audit`,
-    # "verdict" (miaudit.verdict.records.ReleaseVerdict): summary.json holds their to_dict()
+    # "privacy_audit" (miaudit.privacy.audit_record.PrivacyAudit) and, from `miaudit run` and
+    # `miaudit audit`, "verdict" (miaudit.verdict.records.ReleaseVerdict): summary.json holds
+    # their to_dict()
     rows: np.ndarray | None = None  # int64 [n_audit]: the dataset row of each audit sample;
     # None when unknown (a bare bank: `miaudit attack`), then reports show bank positions
     out: Path | None = None  # the run directory, when the run wrote one (the Python API)
+    # what `miaudit run` / `miaudit audit` recorded about itself, typed; `meta` holds it as
+    # summary.json does (RunMeta.to_dict). None for a bare bank's result (`miaudit attack`)
+    run_meta: RunMeta | None = None
 
     def outcome(self, name: str) -> AttackOutcome:
         for item in self.outcomes:

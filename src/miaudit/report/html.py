@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from miaudit.config.sections.spec import Spec
 from miaudit.formatting import fmt_auc, pct, rate
 from miaudit.privacy.sections import privacy_line, privacy_section
 from miaudit.records.outcomes import AuditResult
@@ -52,7 +53,8 @@ _SCALARS = (str, int, float, bool, type(None))
 def to_jsonable(obj: Any) -> Any:
     """``obj`` as JSON values: a record with ``to_dict`` (the typed results) as its dict,
     numpy values as Python's, anything else unknown as its text."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and hasattr(obj, "to_dict"):
+    if isinstance(obj, Spec) or (dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+                                 and hasattr(obj, "to_dict")):
         return to_jsonable(obj.to_dict())
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}

@@ -5,6 +5,7 @@ the terminal's width, is :mod:`miaudit.report.terminal`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from miaudit.privacy.sections import (
     table_columns,
 )
 from miaudit.records.outcomes import AuditResult, rate_key
+from miaudit.records.run_meta import ModelCounts
 from miaudit.verdict.split_check import is_model_free
 from miaudit.verdict.strength import MIN_EXPECTED_FP, expected_false_positives, n_nonmembers, ranked
 
@@ -94,17 +96,17 @@ def _order_legend(result: AuditResult, key: str | None) -> list[str]:
     ]
 
 
-def cache_note(meta: dict[str, Any]) -> str | None:
+def cache_note(meta: Mapping[str, Any]) -> str | None:
     """Footnote when this run loaded its models from the cache (their training seconds are
-    then the original training's, not this run's); None when every model was trained here."""
-    cached = meta.get("models_from_cache", meta.get("references_from_cache")) or 0
-    if not cached:
+    then the original training's, not this run's); None when every model was trained here.
+    The counts are the run's record's (:class:`~miaudit.records.run_meta.ModelCounts`)."""
+    counts = ModelCounts.of_meta(meta)
+    if counts is None or not counts.from_cache:
         return None
-    trained = meta.get("models_trained", meta.get("references_trained")) or 0
-    what = "models" if "models_from_cache" in meta else "reference models"
-    note = (f"{TRAIN_LABEL}: {cached:,} of {cached + trained:,} {what} were loaded from the "
-            "model cache, not trained in this run; the column gives the seconds their original "
-            "training took")
+    cached, trained = counts.from_cache, counts.trained
+    note = (f"{TRAIN_LABEL}: {cached:,} of {cached + trained:,} {counts.counted} were loaded "
+            "from the model cache, not trained in this run; the column gives the seconds their "
+            "original training took")
     original = meta.get("train_seconds_original")
     if original is not None:
         note += f" ({float(original):.1f} s in all)"

@@ -38,12 +38,13 @@ def run_config(params: dict[str, Any]) -> dict[str, Any]:
 def work(cell: Cell) -> list[dict[str, Any]]:
     """Train (or load) the cell's two models, score two attacks: one row per attack."""
     from miaudit.config import config_from_dict
-    from miaudit.pipeline import build_bank, evaluate_bank
+    from miaudit.pipeline import build_bank
+    from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
 
     cfg = config_from_dict(run_config(cell.params))
     built = build_bank(cfg, progress=False)
-    result = evaluate_bank(built.bank, built.design.target, cfg.attacks, metric_cfg=cfg.metrics,
-                           seed=cfg.seed, thresholds=False)
+    result = evaluate_attacks(built.bank, built.design.target, cfg.attacks, EvaluationOptions(
+        metrics=cfg.metrics, seed=cfg.seed, thresholds=False))
     accs = result.meta["models"][built.design.target]
     return [{"attack": o.name, **o.metrics.auc_columns(), "train_acc": accs["train_acc"],
              "test_acc": accs["test_acc"]} for o in result.outcomes]

@@ -156,7 +156,8 @@ def _cell_columns(audit: PrivacyAudit, accs: list[dict[str, Any]]) -> dict[str, 
 def work(cell: Cell) -> list[dict[str, Any]]:
     """Train or load the cell's models, score every attack once, copy out every bound."""
     from miaudit.config import config_from_dict
-    from miaudit.pipeline import build_bank, evaluate_bank
+    from miaudit.pipeline import build_bank
+    from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
 
     params = cell.params
     cfg = config_from_dict(run_config(params))
@@ -165,10 +166,11 @@ def work(cell: Cell) -> list[dict[str, Any]]:
     if built.design.target != 0:
         raise StudyError("the dp-audit study expects the target to be model 0.")
     target = built.models[0]
-    result = evaluate_bank(built.bank, 0, cfg.attacks, cfg.attack_params, cfg.metrics,
-                           seed=cfg.seed, train_seconds=[tm.train_seconds for tm in built.models],
-                           thresholds=False, progress=False, target_privacy=target.privacy,
-                           canaries=cfg.canaries, membership="miaudit")  # fmt: skip
+    result = evaluate_attacks(built.bank, 0, cfg.attacks, EvaluationOptions(
+        params=cfg.attack_params, metrics=cfg.metrics, seed=cfg.seed,
+        train_seconds=[tm.train_seconds for tm in built.models], thresholds=False,
+        progress=False, target_privacy=target.privacy, canaries=cfg.canaries,
+        membership="miaudit"))
     audit = result.meta["privacy_audit"]
     per_cell = {
         **_cell_columns(audit, result.meta["models"]),  # canaries left out of accuracy

@@ -36,7 +36,7 @@ import numpy as np
 
 from miaudit.config import MetricsConfig
 from miaudit.data import Dataset, load_dataset
-from miaudit.pipeline.evaluate import evaluate_bank
+from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
 from miaudit.protocol import make_design, make_split
 from miaudit.runtime.devices import resolve_device
 from miaudit.signals import SignalBank
@@ -161,10 +161,9 @@ def attack_rows(bank: SignalBank, target: int, attacks: Sequence[str],
                 ) -> list[dict[str, Any]]:
     """One row per attack on ``target`` (the bank's other models its references): AUC and
     TPR at every FPR of :data:`ROC_FPRS`, with the target's accuracy/loss figures."""
-    result = evaluate_bank(bank, target, list(attacks),
-                           metric_cfg=MetricsConfig(fprs=list(ROC_FPRS), bootstrap=0,
-                                                    recalls=[0.5]),
-                           thresholds=False)
+    result = evaluate_attacks(bank, target, list(attacks), EvaluationOptions(
+        metrics=MetricsConfig(fprs=list(ROC_FPRS), bootstrap=0, recalls=[0.5]),
+        thresholds=False))
     rows = []
     for outcome in result.outcomes:
         met = outcome.metrics

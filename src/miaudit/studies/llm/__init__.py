@@ -109,15 +109,16 @@ def _epochs_rows(cfg: Any, built: Any, epochs: int, base: Any) -> tuple[list[dic
     log-probabilities from an earlier checkpoint of the run (the same rows, the same base: not
     queried again), None to query them. Returns the rows and the base channel."""
     from miaudit.attacks import get_attack
-    from miaudit.pipeline import evaluate_bank, model_accuracies
+    from miaudit.pipeline import model_accuracies
     from miaudit.pipeline.canaries import exposure_summary
+    from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
     from miaudit.pipeline.querying import query_bank, secret_exposures
 
     start = time.perf_counter()
     models = _models_at(built, epochs)
     device = built.info["device"]
-    querying = cfg if base is None else dataclasses.replace(
-        cfg, attacks=[a for a in cfg.attacks if not get_attack(a).needs.base_model])
+    querying = cfg if base is None else cfg.replace(
+        attacks=[a for a in cfg.attacks if not get_attack(a).needs.base_model])
     bank, _ = query_bank(querying, built.dataset, built.design, models, [], built.queries,
                          device, False, texts=built.texts)  # fmt: skip
     if base is None:
@@ -129,9 +130,10 @@ def _epochs_rows(cfg: Any, built: Any, epochs: int, base: Any) -> tuple[list[dic
     secrets = secret_exposures(cfg, built.secrets, built.tokenizer, models[0].module, device)
     summary = exposure_summary(secrets, built.design.canary_included())
     exposure_seconds = time.perf_counter() - exposure_start
-    result = evaluate_bank(bank, 0, cfg.attacks, cfg.attack_params, cfg.metrics, seed=cfg.seed,
-                           train_seconds=[m.train_seconds for m in models], thresholds=False,
-                           progress=False, canaries=cfg.canaries, membership="miaudit")
+    result = evaluate_attacks(bank, 0, cfg.attacks, EvaluationOptions(
+        params=cfg.attack_params, metrics=cfg.metrics, seed=cfg.seed,
+        train_seconds=[m.train_seconds for m in models], thresholds=False, progress=False,
+        canaries=cfg.canaries, membership="miaudit"))
     fit = model_accuracies(bank)[0]
     inside, outside = summary["included"], summary["excluded"]
     per_epochs = {

@@ -41,7 +41,7 @@ Setup, fixed in advance (nothing below was chosen on the evaluated targets):
   (their models come from the model cache).
 - **Metrics** per attack and target: AUC, TPR at 1% and 0.1% FPR with percentile bootstrap
   CIs over samples (:func:`miaudit.metrics.evaluate`, through
-  :func:`miaudit.pipeline.evaluate_bank`), the non-member count, and the cost the pipeline
+  :func:`miaudit.pipeline.evaluate_attacks`), the non-member count, and the cost the pipeline
   records: models read, queries per sample, training seconds of those models, scoring seconds.
   No public-data threshold (balanced accuracy): it would fit every scorer a second time.
 
@@ -128,16 +128,17 @@ def run_config(params: dict[str, Any]) -> dict[str, Any]:
 def work(cell: Cell) -> list[dict[str, Any]]:
     """Build (or load) the cell's bank and score every attack on its target: one row each."""
     from miaudit.config import config_from_dict
-    from miaudit.pipeline import build_bank, evaluate_bank, model_accuracies
+    from miaudit.pipeline import build_bank, model_accuracies
+    from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
 
     params = cell.params
     cfg = config_from_dict(run_config(params))
     built = build_bank(cfg, progress=False)
     bank, target = built.bank, built.design.target
     train_seconds = [float(tm.train_seconds) for tm in built.models]
-    result = evaluate_bank(bank, target, cfg.attacks, cfg.attack_params, cfg.metrics,
-                           seed=cfg.seed, train_seconds=train_seconds, thresholds=False,
-                           progress=False)
+    result = evaluate_attacks(bank, target, cfg.attacks, EvaluationOptions(
+        params=cfg.attack_params, metrics=cfg.metrics, seed=cfg.seed,
+        train_seconds=train_seconds, thresholds=False, progress=False))
     accs = {m["model"]: m for m in model_accuracies(bank)}
     ref_test = [accs[m]["test_acc"] for m in accs if m != target]
     rows: list[dict[str, Any]] = []

@@ -127,7 +127,8 @@ def settings(params: dict[str, Any]) -> list[tuple[int, int]]:
 def work(cell: Cell) -> list[dict[str, Any]]:
     """Build the cell's bank once; score every attack at each (references, queries) setting."""
     from miaudit.config import config_from_dict
-    from miaudit.pipeline import build_bank, evaluate_bank, model_accuracies
+    from miaudit.pipeline import build_bank, model_accuracies
+    from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
 
     params = cell.params
     cfg = config_from_dict(run_config(params))
@@ -143,9 +144,9 @@ def work(cell: Cell) -> list[dict[str, Any]]:
     for n_refs, n_queries in settings(params):
         sub = bank.replace(logits=bank.logits[: 1 + n_refs, :, :n_queries],
                            membership=bank.membership[: 1 + n_refs], channels={})
-        result = evaluate_bank(sub, 0, cfg.attacks, cfg.attack_params, cfg.metrics,
-                               seed=cfg.seed, train_seconds=train_seconds[: 1 + n_refs],
-                               thresholds=False)
+        result = evaluate_attacks(sub, 0, cfg.attacks, EvaluationOptions(
+            params=cfg.attack_params, metrics=cfg.metrics, seed=cfg.seed,
+            train_seconds=train_seconds[: 1 + n_refs], thresholds=False))
         ref_test = [accs[m]["test_acc"] for m in range(1, 1 + n_refs)]
         for o in result.outcomes:
             m, cost = o.metrics, o.cost

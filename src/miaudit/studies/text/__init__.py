@@ -155,7 +155,8 @@ def _fit_columns(models: list[dict[str, Any]]) -> dict[str, Any]:
 def work(cell: Cell) -> list[dict[str, Any]]:
     """Train or load the cell's models, query them once, score every attack."""
     from miaudit.config import config_from_dict
-    from miaudit.pipeline import build_bank, evaluate_bank, model_accuracies
+    from miaudit.pipeline import build_bank, model_accuracies
+    from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
 
     params = cell.params
     cfg = config_from_dict(run_config(params))
@@ -165,9 +166,9 @@ def work(cell: Cell) -> list[dict[str, Any]]:
     if built.design.target != 0:
         raise StudyError("the text study expects the target to be model 0.")
     train_seconds = [float(tm.train_seconds) for tm in built.models]
-    result = evaluate_bank(built.bank, 0, cfg.attacks, cfg.attack_params, cfg.metrics,
-                           seed=cfg.seed, train_seconds=train_seconds, thresholds=False,
-                           progress=False)  # fmt: skip
+    result = evaluate_attacks(built.bank, 0, cfg.attacks, EvaluationOptions(
+        params=cfg.attack_params, metrics=cfg.metrics, seed=cfg.seed,
+        train_seconds=train_seconds, thresholds=False, progress=False))
     fit = _fit_columns(model_accuracies(built.bank))
     notes = "; ".join(built.info["notes"])
     rows = []

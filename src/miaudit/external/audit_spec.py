@@ -1,0 +1,519 @@
+"""The audit config's sections as :class:`~miaudit.config.sections.spec.Spec` models
+(validated on construction), and :class:`AuditConfig` itself. The audited model is a union
+with one variant per source (:data:`ModelSource`), chosen by the key the user gave: a PyTorch
+module (``module`` + ``weights``), a Hugging Face folder (``hf_model``), a scikit-learn
+estimator (``estimator``), a prediction function (``predict``), precomputed outputs
+(``outputs``) or a model in memory (``instance``, the Python API). Every variant has every key
+(the others null), so code reads ``cfg.model.hf_model`` of any. What needs the registries
+or files is checked by :func:`miaudit.external.audit_config.audit_config`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Annotated, Any
+
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from typing_extensions import Self
+
+from miaudit.config.run import RunConfig, check_device, compute_mapping
+from miaudit.config.sections import (
+    AUTO,
+    ComputeConfig,
+    MetricsConfig,
+    SignalsConfig,
+    check_signals,
+)
+from miaudit.config.sections.spec import (
+    TAG,
+    Bool,
+    Dict,
+    Float,
+    Int,
+    OptStr,
+    Spec,
+    Str,
+    Typed,
+    check_delta,
+)
+from miaudit.errors import ConfigError
+from miaudit.records.run_dir import check_run_name
+
+OUTPUT_KINDS = ("auto", "logits", "probabilities")
+SignalsQueries = Typed[list[str] | str]
+SignalsGradNorm = Typed[bool | str]
+# The keys that name the model, one per source (an in-memory model is the `instance`)
+SOURCES = ("module", "hf_model", "estimator", "predict", "outputs")
+ONCE = ("name the model exactly once: model.module (+ model.weights) for a PyTorch module, "
+        "model.hf_model for a Hugging Face model folder, model.estimator for a scikit-learn "
+        "estimator, model.predict for a prediction function, or model.outputs for "
+        "precomputed outputs")
+
+
+class ModelSection(Spec):
+    """The audited model: exactly one of module (+ weights), hf_model, estimator, predict,
+    outputs (or, from the Python API, an in-memory instance). Built in Python, this class
+    holds any of them; a config chooses the variant by the key given."""
+
+    key = "model"
+
+    module: OptStr = Field(None, description=(
+        "PyTorch: \"package.module:Class\" or \"file.py:Class\" (or a factory)."))
+    kwargs: Dict = Field(default_factory=dict, description="The constructor's arguments.",
+                         json_schema_extra={"must": "be a mapping of constructor arguments"})
+    weights: OptStr = Field(None, description=(
+        ".safetensors, or a torch.save state dict (loaded weights_only)."))
+    estimator: OptStr = Field(None, description=(
+        "A scikit-learn estimator with predict_proba (joblib/pickle, or skops)."))
+    predict: OptStr = Field(None, description=(
+        "Black box: \"package.module:function\", X -> [n, classes]."))
+    outputs: OptStr = Field(None, description=(
+        "Black box: precomputed outputs on the audit data's rows."))
+    public_outputs: OptStr = Field(None, description=(
+        "... and on the public data's rows (optional)."))
+    output_kind: Typed[str] = Field("auto", description=(
+        "Of predict/outputs: auto | logits | probabilities."),
+        json_schema_extra={"must": f"be one of {', '.join(OUTPUT_KINDS)}"})
+    tolerance: Float = Field(1e-3, gt=0, lt=1, description=(
+        "|sum of a probability row - 1| allowed."),
+        json_schema_extra={"must": "be a number in (0, 1)"})
+    hf_model: OptStr = Field(None, description=(
+        "A Hugging Face save_pretrained folder (config.json, weights, tokenizer.json): a "
+        "sequence classifier or a causal LM, audited on text data."))
+    max_length: Typed[int | None] = Field(None, ge=2, description=(
+        "hf_model: tokens per text; null: min(model positions, 512)."),
+        json_schema_extra={"why": "tokens per text"})
+    base_model: OptStr = Field(None, description=(
+        "hf_model causal LMs only: the pretrained model it was fine-tuned from (a base-model "
+        "name such as smollm2-135m, a save_pretrained folder or a .gguf file): "
+        "lm-base-reference's reference, queried on the texts."), json_schema_extra={
+        "must": "be a base-model name, a folder or a .gguf path"})
+    dp_epsilon: Typed[float | None] = Field(None, gt=0, description=(
+        "The model's differential-privacy claim (e.g. its DP-SGD accountant's ε at δ): the "
+        "audit sets each attack's empirical ε lower bound beside it and says whether one "
+        "refutes it. With dp_delta."), json_schema_extra={
+        "must": "be a number > 0 (the claimed ε, --dp-epsilon): ε must be a finite number "
+                "> 0, e.g. 8"})
+    dp_delta: Typed[float | None] = Field(None, ge=0, lt=1, description=(
+        "The δ of the claim, with dp_epsilon."))
+    augment: Typed[list[Any] | None] = Field(None, description=(
+        "How the model was trained: its augmentation steps, as a recipe's augment ([crop, "
+        "mirror], ...; image data). signals.queries: auto replays the training augmentation, "
+        "as a run replays its recipe's: declared, images are queried with the views the "
+        "attacks' papers use (plain + mirror; RAPID's 8); null: references.recipe's augment "
+        "when it states one (the recipe you state is how the model trained), else none "
+        "(plain queries only)."))
+    instance: Any = Field(None, repr=False, description=(
+        "An in-memory model from the Python API (miaudit.audit): a fitted estimator with "
+        "predict_proba, an nn.Module (then module may name its class, for reference models) "
+        "or a function X -> outputs. A file cannot hold one: audit.yaml records what it "
+        "was."))
+
+    @field_validator("output_kind")
+    @classmethod
+    def _output_kind(cls, value: str) -> str:
+        if value not in OUTPUT_KINDS:
+            raise ConfigError(f"model.output_kind must be one of {', '.join(OUTPUT_KINDS)}; "
+                              f"got {value!r}.")
+        return value
+
+    @field_validator("dp_delta", mode="before")
+    @classmethod
+    def _delta(cls, value: Any) -> Any:
+        if value is not None:
+            check_delta(value, "model.dp_delta")
+        return value
+
+    @model_validator(mode="after")
+    def _claim(self) -> Self:
+        """model.dp_epsilon and model.dp_delta come together: an (ε, δ) claim."""
+        if (self.dp_epsilon is None) != (self.dp_delta is None):
+            raise ConfigError("give the model's DP claim as both model.dp_epsilon and "
+                              "model.dp_delta (--dp-epsilon 8 --dp-delta 1e-5), or neither.")
+        return self
+
+    @property
+    def given(self) -> list[str]:
+        """The source keys given (:data:`SOURCES`)."""
+        return [k for k in SOURCES if getattr(self, k)]
+
+
+class _FileSource(ModelSection):
+    """A model named by a key (not in memory): the keys of other sources' own are refused."""
+
+    def _refuse(self, key: str, message: str) -> None:
+        if getattr(self, key) is not None and getattr(self, key) != "":
+            raise ConfigError(message)
+
+    @model_validator(mode="after")
+    def _source_keys(self) -> Self:
+        if not isinstance(self, TorchModule):
+            self._refuse("weights", "model.weights needs model.module (its class).")
+        if not isinstance(self, PrecomputedOutputs):
+            self._refuse("public_outputs", "model.public_outputs needs model.outputs.")
+        if not isinstance(self, HFFolder):
+            self._refuse("max_length", "model.max_length applies to a Hugging Face model "
+                                       "folder (model.hf_model).")
+            self._refuse("base_model", "model.base_model (the pretrained model a causal LM was "
+                                       "fine-tuned from) needs model.hf_model, a causal LM "
+                                       "folder.")
+        return self
+
+
+class TorchModule(_FileSource):
+    """A PyTorch module: its class (``module``) and its weights."""
+
+    @model_validator(mode="after")
+    def _weights(self) -> Self:
+        if not self.weights:
+            raise ConfigError("model.module needs model.weights (a .safetensors file or a "
+                              "torch.save state dict).")
+        return self
+
+
+class HFFolder(_FileSource):
+    """A Hugging Face save_pretrained folder (``hf_model``)."""
+
+
+class SklearnEstimator(_FileSource):
+    """A scikit-learn estimator file (``estimator``)."""
+
+
+class PredictFunction(_FileSource):
+    """A black-box prediction function (``predict``)."""
+
+
+class PrecomputedOutputs(_FileSource):
+    """Precomputed outputs (``outputs``, and optionally ``public_outputs``)."""
+
+
+class InMemoryModel(ModelSection):
+    """A model given in memory to :func:`miaudit.audit` (``instance``)."""
+
+    @model_validator(mode="after")
+    def _alone(self) -> Self:
+        check_instance(self, self.given)
+        return self
+
+
+_VARIANTS: dict[str, type[ModelSection]] = {
+    "module": TorchModule, "hf_model": HFFolder, "estimator": SklearnEstimator,
+    "predict": PredictFunction, "outputs": PrecomputedOutputs, "instance": InMemoryModel,
+}
+
+
+def _model_source(value: Any) -> str:
+    """The variant's tag: by class, or by the one source key given (the section's
+    before-validator has refused none or several)."""
+    if isinstance(value, ModelSection):
+        cls = type(value)
+        return TAG + next((k for k, v in _VARIANTS.items() if v is cls), "predict")
+    data = value if isinstance(value, dict) else {}
+    if data.get("instance") is not None:
+        return f"{TAG}instance"
+    return TAG + next((k for k in SOURCES if data.get(k)), "predict")
+
+
+# The model section of an audit config: one variant per source of the model.
+ModelSource = Annotated[
+    Annotated[TorchModule, Tag(f"{TAG}module")]
+    | Annotated[HFFolder, Tag(f"{TAG}hf_model")]
+    | Annotated[SklearnEstimator, Tag(f"{TAG}estimator")]
+    | Annotated[PredictFunction, Tag(f"{TAG}predict")]
+    | Annotated[PrecomputedOutputs, Tag(f"{TAG}outputs")]
+    | Annotated[InMemoryModel, Tag(f"{TAG}instance")],
+    Discriminator(_model_source),
+]
+
+
+def instance_kind(obj: Any) -> str:
+    """torch | sklearn | function: what an in-memory model is (duck-typed, so torch is not
+    imported here)."""
+    if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "forward", None)):
+        return "torch"
+    if hasattr(obj, "predict_proba"):
+        return "sklearn"
+    return "function"
+
+
+def check_instance(m: Any, given: list[str]) -> None:
+    """An in-memory model (the Python API) is the model: nothing else names one, except
+    `module` naming an nn.Module's class (reference models are built from it)."""
+    if isinstance(m.instance, str):  # audit.yaml of an in-memory audit, read back
+        raise ConfigError(
+            f"model.instance is {m.instance!r}: a model given in memory to miaudit.audit() "
+            "cannot be reloaded from a config file. Save it and name the file instead: "
+            "model.estimator (joblib.dump of the estimator), model.module + model.weights "
+            "(its class and state_dict), or model.predict (an importable function)."
+        )
+    others = [k for k in given if not (k == "module" and instance_kind(m.instance) == "torch")]
+    if others or m.weights:
+        raise ConfigError(
+            "an in-memory model is the model: do not also give "
+            f"{', '.join(others + (['model.weights'] if m.weights else []))}."
+        )
+
+
+def model_mapping(value: Any) -> Any:
+    """The model section as its variant takes it, named exactly once (ConfigError else):
+    a mapping, or a :class:`ModelSection` built in Python as its fields."""
+    if type(value) is ModelSection:
+        value = {name: getattr(value, name) for name in ModelSection.model_fields}
+    if not isinstance(value, dict):
+        return value
+    if value.get("instance") is not None:
+        check_instance(_Fields(value), [k for k in SOURCES if value.get(k)])
+        return value
+    given = [k for k in SOURCES if value.get(k)]
+    if len(given) != 1:
+        raise ConfigError(ONCE + (f"; got {', '.join(given)}." if given else "; got none."))
+    return value
+
+
+class _Fields:
+    """A mapping's keys read as attributes (check_instance on a mapping)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.instance, self.weights = data.get("instance"), data.get("weights")
+
+
+class DataSection(Spec):
+    """The data the model was trained on and data it was not."""
+
+    key = "data"
+
+    dataset: OptStr = Field(None, description=(
+        "A registry name (`miaudit data list`) or a .npz/.csv/.parquet file."))
+    options: Dict = Field(default_factory=dict, description=(
+        "The loader's options (label_column, ...)."))
+    members: OptStr = Field(None, description=(
+        "A file of training row indices (.txt/.csv/.npy/.json)."))
+    membership_column: OptStr = Field(None, description=(
+        "Or a 0/1 column (an array in .npz) of the data file."))
+    nonmembers: OptStr = Field(None, description=(
+        "A file of row indices; null: every other row."))
+
+
+class PublicSection(Spec):
+    """The attacker's data: reference models train on it; never evaluated."""
+
+    key = "public"
+
+    dataset: OptStr = Field(None, description=(
+        "null: the audit data (then rows is required)."))
+    options: Dict = Field(default_factory=dict, description="The loader's options.")
+    rows: OptStr = Field(None, description=(
+        "A file of row indices; null: every row of dataset."))
+    population: Float = Field(0.2, ge=0, lt=1, description=(
+        "The fraction kept out of every reference model (RMIA's z samples)."),
+        json_schema_extra={"must": "be a fraction in [0, 1)"})
+
+
+class ReferencesSection(Spec):
+    """Reference models: the target's architecture, trained on public data."""
+
+    key = "references"
+
+    models: Int = Field(4, ge=0, description="How many; 0: threshold attacks only.",
+                        json_schema_extra={"why": "0: threshold attacks only"})
+    recipe: Typed[dict[str, Any] | None] = Field(None, description=(
+        "torch: recipe fields (miaudit.train.Recipe; the architecture is your module). "
+        "scikit-learn: unused (the estimator is cloned). Black box: a stand-in with an "
+        "architecture, or none."),
+        json_schema_extra={"must": "be a mapping of recipe fields (epochs, lr, ...)"})
+    allow_fewer_rows: Bool = Field(False, description=(
+        "Train references on fewer rows than the target when the public pool is too small "
+        "(otherwise refused: such references understate the leak)."))
+    base: OptStr = Field(None, description=(
+        "hf_model only: the pretrained checkpoint folder the model was fine-tuned from; "
+        "references are fine-tuned from it (null: the model's config trained from "
+        "scratch)."))
+
+
+def _run_field(name: str) -> Any:
+    """The run's signals field of the same name (its description, bounds, default)."""
+    return copy.deepcopy(SignalsConfig.model_fields[name])
+
+
+def _same(name: str) -> Any:
+    """The run config's field of the same name (its description, bounds and default)."""
+    return copy.deepcopy(RunConfig.model_fields[name])
+
+
+class SignalsSection(Spec):
+    """As a run's :class:`~miaudit.config.SignalsConfig` (without output defences): the same
+    keys, defaults and ``auto`` rule. Precomputed outputs hold one query: plain."""
+
+    key = "signals"
+
+    queries: SignalsQueries = _run_field("queries")
+    grad_norm: SignalsGradNorm = _run_field("grad_norm")
+    boundary_distance: Bool = _run_field("boundary_distance")
+    batch_size: Int = _run_field("batch_size")
+
+    @field_validator("queries", mode="before")
+    @classmethod
+    def _auto_queries(cls, value: Any) -> Any:
+        return check_signals(value, None)[0]
+
+    @field_validator("grad_norm", mode="before")
+    @classmethod
+    def _auto_grad_norm(cls, value: Any) -> Any:
+        return check_signals(AUTO, value)[1]
+
+
+def _no_model() -> Any:
+    """``AuditConfig()``'s model section: no source named yet, so no variant (it is the
+    defaults a caller fills in; given anything, the config is held to naming a source)."""
+    return ModelSection()
+
+
+class AuditConfig(Spec):
+    """The configuration of `miaudit audit` (:func:`~miaudit.external.audit_config.
+    audit_config`), saved as ``audit.yaml``. ``AuditConfig()`` alone is the defaults (it names
+    no model or data); given anything, it is held to naming them."""
+
+    what = "the audit config"
+
+    name: Str = _same("name")
+    seed: Int = _same("seed")
+    model: ModelSource = Field(default_factory=lambda: _no_model(), description=(
+        "The audited model: exactly one source (a variant per source key)."))
+    data: DataSection = Field(default_factory=DataSection, description=(
+        "The data the model was trained on and data it was not."))
+    public: PublicSection = Field(default_factory=PublicSection, description=(
+        "The attacker's data: reference models train on it; never evaluated."))
+    references: ReferencesSection = Field(default_factory=ReferencesSection, description=(
+        "Reference models: the target's architecture, trained on public data."))
+    signals: SignalsSection = Field(default_factory=SignalsSection, description=(
+        "What the models are queried on (a run's signals, without output defences)."))
+    attacks: Typed[list[str] | None] = Field(None, description=(
+        "null: every attack the audit permits, those that cannot run listed with the reason "
+        "(an audit cannot choose its models, so it tries all). Listed explicitly, an attack "
+        "the audit could never run (its plan: check_listed_attacks) is refused before the "
+        "target is queried or a reference model trains; one only its bank can rule out is "
+        "listed with the reason. `miaudit run` differs on purpose: it scores the attacks it "
+        "lists, each of which must run, by default the five threshold attacks."),
+        json_schema_extra={"must": "be a list of attack names (see `miaudit attacks`)"})
+    attack_params: Dict = Field(default_factory=dict, description=(
+        "Parameters of the attacks {attack: {parameter: value}}."), json_schema_extra={
+        "must": "map attack names to mappings {parameter: value}"})
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description=(
+        "ROC points, intervals and ε lower bounds (a run's metrics)."))
+    exposed: Int = Field(20, ge=1, description="Training samples in the exposure ranking.",
+                         json_schema_extra={"why": "training samples in the exposure ranking"})
+    data_dir: OptStr = Field(None, description=(
+        "The datasets folder; null: $MIAUDIT_DATA_DIR or ~/.cache/miaudit/data."))
+    device: Str = _same("device")
+    precision: Str = Field("fp32", description=(
+        "The target's (and the base model's) query precision: fp32, or bf16 (bfloat16 "
+        "autocast: CUDA, or a CPU with AVX-512 BF16 / AMX); the references run at their "
+        "recipe's."), json_schema_extra={"must": "be one of fp32, bf16"})
+    compute: ComputeConfig = Field(default_factory=ComputeConfig, description=(
+        "Where the reference models train (a run's compute: local, or a Ray cluster)."))
+    output: OptStr = _same("output")
+    cache_dir: OptStr = _same("cache_dir")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        check_run_name(value)  # it names the folder runs/<name>: a name, never a path
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device(value)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, value: Any) -> Any:
+        return model_mapping(value)
+
+    @field_validator("signals", mode="before")
+    @classmethod
+    def _empty_signals(cls, value: Any) -> Any:
+        return {} if value is None else value  # `signals:` left empty in the YAML
+
+    @field_validator("compute", mode="before")
+    @classmethod
+    def _compute(cls, value: Any) -> Any:
+        return compute_mapping(value)
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, value: str) -> str:
+        from miaudit.runtime.devices import PRECISIONS
+
+        if value not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}; got "
+                              f"{value!r}.")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        """The rules between sections; naming the model and the data unless nothing at
+        all was given (the defaults)."""
+        if self.model_fields_set:
+            check_complete(self)
+        if self.references.base and not self.model.hf_model:
+            raise ConfigError("references.base (the checkpoint a Hugging Face model was "
+                              "fine-tuned from) needs model.hf_model.")
+        if not all(0 < f < 1 for f in self.metrics.fprs):
+            raise ConfigError("metrics.fprs must lie in (0, 1).")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        instance = self.model.instance
+        # a deep copy would copy an in-memory model; the mapping (audit.yaml, the report's
+        # config) names it instead, and has no `instance` key without one (files unchanged)
+        out = {name: (None if name == "model" else _copied(getattr(self, name)))
+               for name in type(self).model_fields}
+        model = {name: (None if name == "instance" else _copied(getattr(self.model, name)))
+                 for name in ModelSection.model_fields}
+        if instance is None:
+            del model["instance"]
+        else:
+            model["instance"] = describe_instance(instance)
+        out["model"] = model
+        return out
+
+    @property
+    def target_kind(self) -> str:
+        """torch | hf | sklearn | function | outputs (which model input was given)."""
+        m = self.model
+        if m.instance is not None:
+            return instance_kind(m.instance)
+        if m.hf_model:
+            return "hf"
+        return "torch" if m.module else "sklearn" if m.estimator else (
+            "function" if m.predict else "outputs"
+        )
+
+
+def _copied(value: Any) -> Any:
+    return value.to_dict() if isinstance(value, Spec) else copy.deepcopy(value)
+
+
+def check_complete(cfg: AuditConfig) -> None:
+    """The model named once (any source), the data and its training rows given."""
+    m = cfg.model
+    if m.instance is None and len(m.given) != 1:
+        raise ConfigError(ONCE + (f"; got {', '.join(m.given)}." if m.given else "; got none."))
+    data = cfg.data
+    if not data.dataset:
+        raise ConfigError("data.dataset is required: a dataset name or a data file.")
+    if bool(data.members) == bool(data.membership_column):
+        raise ConfigError("give the training rows as data.members (a file of row indices) or "
+                          "data.membership_column (a 0/1 column of the data file), exactly "
+                          "one of them.")
+    if data.membership_column and data.nonmembers:
+        raise ConfigError("data.nonmembers cannot be combined with data.membership_column "
+                          "(the column says which rows are non-members).")
+
+
+def describe_instance(obj: Any) -> str:
+    """What audit.yaml records for an in-memory model (it cannot be rerun from the file)."""
+    kind = type(obj)
+    name = getattr(obj, "__qualname__", None) if instance_kind(obj) == "function" else None
+    return f"in memory: {name or f'{kind.__module__}.{kind.__qualname__}'}"
