@@ -20,6 +20,7 @@ from miaudit.verdict.records import (
     Reason,
     ReleaseVerdict,
     ShiftComparison,
+    VerdictContext,
 )
 from miaudit.verdict.release import make_verdict, verdict_text
 from miaudit.verdict.strength import assess
@@ -81,7 +82,7 @@ def test_the_headline_verdict_holds_the_figures_it_quotes():
 
 def test_the_release_statement_is_a_record_and_verdict_json_its_dict():
     result = _result()
-    verdict = make_verdict(result, {"references": 2, "reference_note": "note"})
+    verdict = make_verdict(result, VerdictContext(references=2, reference_note="note"))
     assert isinstance(verdict, ReleaseVerdict) and verdict.attack == "strong"
     assert isinstance(verdict.paragraphs, tuple) and isinstance(verdict.caveats, tuple)
     assert verdict.figures == assess(result).figures and "note" in verdict.caveats
@@ -93,7 +94,7 @@ def test_the_release_statement_is_a_record_and_verdict_json_its_dict():
     assert data["paragraphs"] == list(verdict.paragraphs) and data["auc"] == verdict.auc
     assert json.loads(json.dumps(data)) == data
     assert " ".join(verdict.headline.split()) in " ".join(verdict_text(verdict).split())
-    none = make_verdict(AuditResult(np.arange(2), np.array([True, False]), []), {})
+    none = make_verdict(AuditResult(np.arange(2), np.array([True, False]), []))
     assert none.to_dict() == {"level": "none",
                               "headline": "No attack ran, so nothing was measured.",
                               "paragraphs": [], "caveats": [], "figures": []}

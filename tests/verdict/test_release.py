@@ -1,8 +1,11 @@
+import dataclasses
+
 import numpy as np
 
 from miaudit import metrics
 from miaudit.formatting import fmt_pct
 from miaudit.records.outcomes import AttackOutcome, AuditResult
+from miaudit.verdict.records import VerdictContext
 from miaudit.verdict.release import headline_fpr, make_verdict, verdict_text
 
 
@@ -17,8 +20,8 @@ def _result(n1: int, n0: int, shift: float, seed: int = 0) -> AuditResult:
     return AuditResult(indices=np.arange(n1 + n0), members=members, outcomes=outcomes)
 
 
-CONTEXT = {"outputs": "probabilities", "references": 4, "reference_note": "refs note",
-           "skipped": 2, "confidence": 0.95}
+CONTEXT = VerdictContext(outputs="probabilities", references=4, reference_note="refs note",
+                         skipped=2, confidence=0.95)
 
 
 def test_exposed_verdict_quotes_the_metrics():
@@ -75,7 +78,7 @@ def test_an_average_case_leak_is_not_hidden_by_a_low_fpr_null():
     scores = np.where(top, 1.0, rng.random(4000) * 0.5)
     result = AuditResult(np.arange(4000), members, [AttackOutcome.from_dicts(
         "loss", scores, metrics.evaluate(scores, members, n_bootstrap=200))])
-    verdict = make_verdict(result, {**CONTEXT, "references": 0})
+    verdict = make_verdict(result, dataclasses.replace(CONTEXT, references=0))
     assert verdict.level == "average-case"
     assert result.outcome("loss").metrics.tpr_at(0.01).tpr == 0.0
     auc = result.outcome("loss").metrics.auc
@@ -87,7 +90,7 @@ def test_mismatched_inputs_are_never_a_clearance():
     why = ("inputs look mismatched: the model is 8.3% accurate on its own training rows with "
            "preprocessing 'standard' but 100.0% with 'raw'; rerun with --preprocessing raw")
     result.meta["checks"] = {"input_mismatch": why}
-    verdict = make_verdict(result, {**CONTEXT, "input_mismatch": why})
+    verdict = make_verdict(result, dataclasses.replace(CONTEXT, input_mismatch=why))
     assert verdict.level == "inconclusive" and verdict.input_mismatch == why
     assert [r.code for r in verdict.reasons] == ["input-mismatch"]
     assert not any("mismatched" in c for c in verdict.caveats)  # the headline says it
@@ -99,3 +102,31 @@ def test_mismatched_inputs_are_never_a_clearance():
     result.meta["checks"] = {}
     plain = make_verdict(result, CONTEXT)  # without a mismatch, nothing of it
     assert plain.input_mismatch is None and "mismatched" not in verdict_text(plain)
+
+
+def test_the_advice_points_to_ranked_samples_only_where_the_caller_shows_them():
+    result = _result(2000, 2000, shift=2.0)
+    shown = make_verdict(result, dataclasses.replace(CONTEXT, ranked_samples=True))
+    hidden = make_verdict(result, CONTEXT)  # a run: no exposed.csv
+    assert shown.level == hidden.level == "exposed"
+    assert "ranked samples below" in " ".join(shown.paragraphs)
+    assert "ranked samples" not in " ".join(hidden.paragraphs)
+
+
+def test_the_level_is_tested_at_the_contexts_confidence():
+    """A command makes its verdict before its config is in the result's meta: the level's
+    tests use the context's confidence, as the report (reading the config) does."""
+    from miaudit.verdict.strength import assess
+
+    for shift in np.linspace(0.05, 0.6, 12):  # a weak leak: its level depends on α
+        result = _result(400, 400, shift=float(shift), seed=3)
+        levels = {c: assess(result, confidence=c).level for c in (0.5, 0.999)}
+        if levels[0.5] != levels[0.999]:
+            break
+    else:
+        raise AssertionError("no shift whose level depends on the confidence")
+    for c, level in levels.items():
+        assert make_verdict(result, VerdictContext(confidence=c)).level == level
+        assert assess(result, confidence=c).correction.endswith(f"α {1 - c:g}")
+    result.meta["config"] = {"metrics": {"confidence": 0.5}}  # the report's source
+    assert make_verdict(result).level == assess(result).level == levels[0.5]

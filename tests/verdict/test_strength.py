@@ -16,6 +16,7 @@ from miaudit.report import format_table
 from miaudit.report.html import render_html
 from miaudit.report.table import STRONGEST_MARK, build_table
 from miaudit.verdict.headline import short_verdict, verdict_line
+from miaudit.verdict.records import VerdictContext
 from miaudit.verdict.release import make_verdict
 from miaudit.verdict.strength import headline_fpr, ranked
 
@@ -112,7 +113,7 @@ def test_verdict_line_exposed_with_its_support() -> None:
     assert "rests on 20 expected false positives among 2,000 non-members" in line
     assert "Indicative" not in line and "\n" not in line
     # the audit's release statement rests on the same attack and level
-    audit = make_verdict(result, {"confidence": 0.9})
+    audit = make_verdict(result, VerdictContext(confidence=0.9))
     assert audit.attack == "b" and audit.level == "exposed"
 
 
@@ -128,7 +129,7 @@ def test_verdict_line_indicative_and_not_measured() -> None:
     assert verdict.line.startswith("Verdict: No measurable leak. The strongest attack at 1% "
                                       "FPR, b, picks out 20.0% of members")
     assert "where guessing gets 1%" in verdict.line
-    assert make_verdict(weak, {}).level == "not measured"
+    assert make_verdict(weak).level == "not measured"
     # an audit that found the model's inputs mismatched never reads as a clearance
     weak.meta["checks"] = {"input_mismatch": "inputs look mismatched"}
     mismatched = short_verdict(weak)
@@ -234,7 +235,7 @@ def test_no_measurable_leak_needs_a_trained_target_and_enough_nonmembers() -> No
     assert verdict.level == "inconclusive"
     assert "the target is 7% accurate on its own 2,000 training rows, where always guessing " \
            "the majority class gets 12%" in verdict.line
-    release = make_verdict(weak, {"references": 4})
+    release = make_verdict(weak, VerdictContext(references=4))
     assert release.level == "inconclusive" and "supports no statement either way" in \
         " ".join(release.paragraphs)
     # a mismatch explains a near-chance target already: one reason, not two
@@ -288,13 +289,13 @@ def test_a_model_free_attack_is_never_the_strongest() -> None:
 def test_release_advice_follows_what_the_audit_did() -> None:
     weak = _result(n0=2000, ci_low=0.01)
     _set_auc_ci(weak, (0.45, 0.55))
-    without = " ".join(make_verdict(weak, {"references": 0}).paragraphs)
+    without = " ".join(make_verdict(weak, VerdictContext(references=0)).paragraphs)
     assert "audit again with reference models (--references)" in without
-    with_refs = " ".join(make_verdict(weak, {"references": 4}).paragraphs)
+    with_refs = " ".join(make_verdict(weak, VerdictContext(references=4)).paragraphs)
     assert "reference models (--references)" not in with_refs
     assert "more reference models trained exactly like the target" in with_refs
     assert "evidence, not proof, of privacy" not in with_refs
     average = _result(n0=2000, ci_low=0.01)
     _set_auc_ci(average, (0.97, 0.995), "d")
-    text = " ".join(make_verdict(average, {"references": 4}).paragraphs)
+    text = " ".join(make_verdict(average, VerdictContext(references=4)).paragraphs)
     assert "audit again with reference models (--references)" not in text

@@ -197,6 +197,7 @@ class AuditSource:
             references=len(refs.modules),
             reference_note=" ".join([_reference_note(target, refs, cfg.model.base_model),
                                      *refs.caveats]),
+            ranked_samples=True,  # exposed.csv: the model.exposed (>= 1) first flagged
         )
 
     def _target(self, data: AuditData) -> tuple[Target, AuditData]:

@@ -46,7 +46,7 @@ from miaudit.report.split import split_line
 from miaudit.signals import SignalBank
 from miaudit.train.cluster import write_training_document
 from miaudit.train.common import TrainedModel
-from miaudit.verdict.records import ReleaseVerdict
+from miaudit.verdict.records import ReleaseVerdict, VerdictContext
 from miaudit.verdict.release import make_verdict, verdict_text
 from miaudit.verdict.split_check import split_check
 from miaudit.verdict.strength import checks_of
@@ -110,7 +110,8 @@ class Obtained:
     (the split check's record is added here); ``rows``: the dataset row of each audit sample;
     ``trained_models``: the models training.json lists; ``outputs``, ``references``,
     ``reference_note``: what the verdict says the attacker saw and how the references were
-    made."""
+    made; ``ranked_samples``: whether :meth:`ModelSource.expose` lists the most exposed
+    samples (the verdict's advice then points to them)."""
 
     bank: SignalBank
     target: int
@@ -123,6 +124,7 @@ class Obtained:
     references: int
     reference_note: str
     skipped: dict[str, str] = field(default_factory=dict)
+    ranked_samples: bool = False  # the source shows the samples the verdict's attack flags
 
 
 @dataclass
@@ -200,14 +202,15 @@ def _run_into(source: ModelSource, plan: RunPlan, out: Path, progress: bool) -> 
     result = _evaluate(plan, obtained)
     result.rows = obtained.rows  # scores.csv and the report name dataset rows
     own = source.complete(result, obtained, out, progress)
-    verdict = make_verdict(result, {
-        "outputs": obtained.outputs, "references": obtained.references,
-        "reference_note": obtained.reference_note,
-        "skipped": len(result.meta.get("skipped") or {}),
-        "confidence": plan.metrics.confidence,
-        "input_mismatch": checks_of(result).get("input_mismatch"),
-        "privacy": privacy_line(result), "split": split_line(result),
-    })
+    verdict = make_verdict(result, VerdictContext(
+        outputs=obtained.outputs, references=obtained.references,
+        reference_note=obtained.reference_note,
+        skipped=len(result.meta.get("skipped") or {}),
+        confidence=plan.metrics.confidence,
+        input_mismatch=checks_of(result).get("input_mismatch"),
+        privacy=privacy_line(result), split=split_line(result),
+        ranked_samples=obtained.ranked_samples,
+    ))
     shown = source.expose(result, verdict, obtained, out)
     result.meta["verdict"] = verdict
     record = source.record(result, obtained, time.perf_counter() - start)

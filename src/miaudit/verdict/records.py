@@ -159,6 +159,31 @@ class HeadlineVerdict:
 
 
 @dataclass(frozen=True)
+class VerdictContext:
+    """What the release statement (:func:`~miaudit.verdict.release.make_verdict`) says beside
+    the figures, as the command that ran the audit knows it.
+
+    ``outputs``: what an attacker sees (e.g. "probabilities"); ``references``: how many
+    reference models the attacks had, ``reference_note``: how they were made; ``skipped``: how
+    many listed attacks could not run; ``confidence``: the intervals' level (None: the run's
+    config's, else 0.95); ``input_mismatch``: why the model's inputs look unlike its training
+    data, or None (the verdict reads the check from ``result.meta["checks"]``; this words the
+    caveat); ``privacy``: the empirical-ε line, or None; ``split``: the split check's line, or
+    None; ``ranked_samples``: whether the caller shows the samples the strongest attack flags
+    first (an audit's exposed.csv), which the advice then points to."""
+
+    outputs: str = "outputs"
+    references: int = 0
+    reference_note: str = ""
+    skipped: int = 0
+    confidence: float | None = None
+    input_mismatch: str | None = None
+    privacy: str | None = None
+    split: str | None = None
+    ranked_samples: bool = False
+
+
+@dataclass(frozen=True)
 class ReleaseVerdict:
     """`miaudit audit`'s release statement (:func:`~miaudit.verdict.release.make_verdict`):
     the ``headline``, ``paragraphs`` and ``caveats`` in plain words, and the figures they

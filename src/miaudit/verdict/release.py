@@ -11,15 +11,12 @@ what an attacker can do, and the release decision depends on the data and who ca
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from miaudit.formatting import ci_words, fmt_auc, p_words, plural
 from miaudit.formatting import pct as _pct
 from miaudit.formatting import rate as _rate
 from miaudit.records.outcomes import AttackOutcome, AuditResult
 from miaudit.verdict.headline import reasons_sentence
-from miaudit.verdict.records import Assessment, ReleaseVerdict
+from miaudit.verdict.records import Assessment, ReleaseVerdict, VerdictContext
 
 # the ranking and the level are the report's (the table's ★ and every report's verdict line);
 # this module words them as the release statement
@@ -27,44 +24,44 @@ from miaudit.verdict.strength import (
     INCONCLUSIVE,
     MIN_EXPECTED_FP,
     assess,
+    confidence_of,
     headline_fpr,
     model_based,
     strongest_at,
 )
 
-__all__ = ["MIN_EXPECTED_FP", "headline_fpr", "strongest_at", "make_verdict", "verdict_text"]
+__all__ = ["MIN_EXPECTED_FP", "VerdictContext", "headline_fpr", "strongest_at", "make_verdict",
+           "verdict_text"]
+
+_NO_CONTEXT = VerdictContext()
 
 
 def _ci(ci: tuple[float, float] | None, confidence: int) -> str:
     return ci_words(ci, f"{confidence}% CI", missing="no confidence interval")
 
 
-def make_verdict(result: AuditResult, context: Mapping[str, Any]) -> ReleaseVerdict:
-    """The plain-words statement and the figures it quotes (:class:`ReleaseVerdict`).
-
-    `context`: `outputs` (what an attacker sees, e.g. "probabilities"), `references` (count),
-    `reference_note` (how references were made), `skipped` (count), `confidence` (of the CIs),
-    `input_mismatch` (why the model's inputs look unlike its training data, or None; the
-    verdict reads it from ``result.meta["checks"]``, this only words the caveat),
-    `privacy` (the empirical-ε line of :func:`miaudit.privacy.sections.privacy_line`, or None),
-    `split` (the split check's line of :func:`miaudit.report.split.split_line`, or None).
-    """
-    found = assess(result)
+def make_verdict(result: AuditResult, context: VerdictContext = _NO_CONTEXT) -> ReleaseVerdict:
+    """The plain-words statement and the figures it quotes (:class:`ReleaseVerdict`), with
+    what the command knows beside them (:class:`VerdictContext`). The assessment's level is
+    tested at the context's confidence (the same as the report's, which reads the run's
+    config: a command makes its verdict before that config is recorded)."""
+    level = (context.confidence if context.confidence is not None
+             else confidence_of(result) or 0.95)
+    found = assess(result, confidence=level)
     main = found.main
     if found.level == "none" or found.attack is None or main is None:
         return ReleaseVerdict(level="none", headline="No attack ran, so nothing was measured.")
     best = result.outcome(found.attack)
-    confidence = int(round(100 * context.get("confidence", 0.95)))
+    confidence = int(round(100 * level))
     headline = _headline(result, found, best, confidence)
     paragraphs = [_support(best, found, confidence),
-                  _advice(found, context.get("outputs", "outputs"),
-                          int(context.get("references", 0) or 0))]
-    if context.get("privacy"):  # the empirical ε beside the model's DP claim, if it has one
-        paragraphs.append(context["privacy"])
-    if context.get("split"):  # whether the split itself is told apart without the model
-        paragraphs.append(context["split"])
+                  _advice(found, context.outputs, context.references, context.ranked_samples)]
+    if context.privacy:  # the empirical ε beside the model's DP claim, if it has one
+        paragraphs.append(context.privacy)
+    if context.split:  # whether the split itself is told apart without the model
+        paragraphs.append(context.split)
     caveats = _caveats(result, best, context)
-    mismatch = context.get("input_mismatch")
+    mismatch = context.input_mismatch
     said = any(r.code == "input-mismatch" for r in found.reasons)  # in the headline
     if mismatch and not said:  # figures of a model fed other values than it was trained on
         caveats.insert(0, mismatch[0].upper() + mismatch[1:])
@@ -154,7 +151,7 @@ def _support(best: AttackOutcome, found: Assessment, confidence: int) -> str:
             + (f" Its AUC is {fmt_auc(auc)} (0.5 is guessing)." if auc is not None else ""))
 
 
-def _advice(found: Assessment, outputs: str, references: int) -> str:
+def _advice(found: Assessment, outputs: str, references: int, ranked: bool) -> str:
     """The "For a release" paragraph for the verdict's level."""
     main = found.main
     assert main is not None
@@ -185,10 +182,12 @@ def _advice(found: Assessment, outputs: str, references: int) -> str:
             f"For a release: someone who can obtain this model's {outputs} and holds data like "
             "the public data used here can tell, for some individual records, that they were in "
             "the training set, with few false alarms. If the training data are personal or "
-            "confidential, treat releasing the model as disclosing that those records were used; "
-            "the ranked samples below are the ones such an attacker finds first. More training "
-            "data, stronger regularisation or fewer epochs, DP-SGD, or releasing only labels or "
-            "rounded scores lower this figure; audit again after any of them."
+            "confidential, treat releasing the model as disclosing that those records were used"
+            + ("; the ranked samples below are the ones such an attacker finds first. "
+               if ranked else ". ")
+            + "More training data, stronger regularisation or fewer epochs, DP-SGD, or "
+            "releasing only labels or rounded scores lower this figure; audit again after any "
+            "of them."
         )
     resolution = 100 * MIN_EXPECTED_FP / max(main.n_nonmembers or 0, 1)
     return (
@@ -202,20 +201,20 @@ def _advice(found: Assessment, outputs: str, references: int) -> str:
     )
 
 
-def _caveats(result: AuditResult, best: AttackOutcome, context: Mapping[str, Any]) -> list[str]:
+def _caveats(result: AuditResult, best: AttackOutcome, context: VerdictContext) -> list[str]:
     """What every statement says about its own limits (empty entries dropped later)."""
     caveats = [
         f"{best.name} is the strongest of the {plural(len(model_based(result)), 'attack')} on "
         "the model, on these same samples; "
         "picking the maximum favours it slightly, and its interval does not include that choice.",
-        context.get("reference_note") or "",
+        context.reference_note,
         "Attack figures are lower bounds on what an attacker can do, never proof that one "
         "cannot do better.",
         "Whether to release depends on what the data are and who can query the model; these "
         "figures inform that decision, they do not make it.",
     ]
-    if context.get("skipped"):
-        caveats.insert(1, f"{plural(context['skipped'], 'attack')} could not run on this "
+    if context.skipped:
+        caveats.insert(1, f"{plural(context.skipped, 'attack')} could not run on this "
                           "audit; each is listed with the reason below the table.")
     return caveats
 

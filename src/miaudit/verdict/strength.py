@@ -70,9 +70,11 @@ def unchecked(result: AuditResult) -> list[str]:
             if not is_model_free(o) and o.name not in candidates]
 
 
-def correction_of(result: AuditResult) -> Correction:
-    """The verdict's family: two figures per candidate attack, at α = 1 - confidence."""
-    return Correction(alpha=1.0 - (confidence_of(result) or 0.95),
+def correction_of(result: AuditResult, confidence: float | None = None) -> Correction:
+    """The verdict's family: two figures per candidate attack, at α = 1 - confidence
+    (``confidence``, else the run's: :func:`confidence_of`, else 0.95)."""
+    level = confidence if confidence is not None else confidence_of(result) or 0.95
+    return Correction(alpha=1.0 - level,
                       attacks=max(1, len(model_based(result))))
 
 
@@ -134,7 +136,7 @@ def figure_at(outcome: AttackOutcome, key: str) -> Figure:
                   indicative=figure.indicative)
 
 
-def assess(result: AuditResult) -> Assessment:
+def assess(result: AuditResult, confidence: float | None = None) -> Assessment:
     """How worried to be, as numbers: ``level`` is ``exposed`` (the TPR interval at the
     headline FPR lies above it), ``average-case`` (no low-FPR leak, but some attack's AUC
     interval lies above 0.5), ``not measured``, ``inconclusive`` (the audit cannot support
@@ -147,6 +149,7 @@ def assess(result: AuditResult) -> Assessment:
     ``measured`` (the level before the checks), ``reasons`` (:func:`inconclusive_reasons`;
     the level is inconclusive when they apply) and ``shift`` (:func:`shift_comparison`, when
     a model-free measurement is clearly above chance). See :class:`Assessment`.
+    ``confidence``: the level its tests use (None: the run's, :func:`confidence_of`).
     """
     key = headline_fpr(result)
     best = strongest_at(result, key) if key else None
@@ -155,7 +158,7 @@ def assess(result: AuditResult) -> Assessment:
     reported = best.metrics.fprs
     figures = tuple(figure_at(best, k) for k in fpr_keys(result) if float(k) in reported)
     main = next(f for f in figures if f.fpr == float(key))
-    correction = correction_of(result)
+    correction = correction_of(result, confidence)
     p_value = correction.adjusted(tpr_null_p_value(main.tpr, main.n_members or 0,
                                               main.n_nonmembers or 0, main.fpr))
     ci = main.tpr_ci
@@ -174,7 +177,7 @@ def assess(result: AuditResult) -> Assessment:
                                                 met.n_nonmembers or 0))
         if met.auc_ci and met.auc_ci[0] > 0.5 and auc_p < correction.alpha:
             level, auc_attack, p_value = "average-case", top.name, auc_p
-    shift = shift_comparison(result, best, main)
+    shift = shift_comparison(result, best, main, 1.0 - correction.alpha)
     reasons = inconclusive_reasons(result, level, main, shift)
     return Assessment(level=INCONCLUSIVE if reasons else level, attack=best.name, key=key,
                       main=main, figures=figures, degree=degree, auc_attack=auc_attack,
@@ -182,15 +185,16 @@ def assess(result: AuditResult) -> Assessment:
                       correction=correction.words(), unchecked=tuple(unchecked(result)))
 
 
-def shift_comparison(result: AuditResult, best: AttackOutcome, main: Figure
-                     ) -> ShiftComparison | None:  # fmt: skip
+def shift_comparison(result: AuditResult, best: AttackOutcome, main: Figure,
+                     confidence: float | None = None) -> ShiftComparison | None:
     """When a model-free measurement (the split check, or a model-free attack) tells the
     members from the non-members clearly above chance: the strongest such one beside the
     strongest attack: their AUCs and TPRs at the headline FPR, and ``exceeds``, whether the
     attack's TPR interval there lies above the model-free TPR and its AUC above the
     model-free AUC (then its exposure is more than the split's). None otherwise."""
+    level = confidence if confidence is not None else confidence_of(result) or 0.95
     found = [e for e in model_free_evidence(checks_of(result).get("split"), result.outcomes,
-                                            confidence_of(result) or 0.95) if e["shifted"]]
+                                            level) if e["shifted"]]
     if not found:
         return None
     base = found[0]
