@@ -19,10 +19,10 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 from typing_extensions import Self
 
 from miaudit.config.canaries import check_canaries_section
@@ -55,6 +55,35 @@ OptRecipeValue = Typed[dict[str, Any] | str | None]
 DEVICE = "be auto, cpu or cuda[:N]"
 
 
+def _run_name(value: str) -> str:
+    check_run_name(value)  # it names the folder runs/<name>: a name, never a path
+    return value
+
+
+def check_device(value: str) -> str:
+    """``device`` of either config: auto, cpu or cuda[:N]."""
+    if not (value in ("auto", "cpu", "cuda") or value.startswith("cuda:")):
+        raise ConfigError(f"device must {DEVICE}; got {value!r}.")
+    return value
+
+
+def compute_mapping(value: Any) -> Any:
+    """``compute`` as its section takes it: null (left empty) the defaults; a
+    :class:`~miaudit.train.cluster.Compute` (the Python API) its keys."""
+    if value is None:
+        return {}
+    if not isinstance(value, (dict, ComputeConfig)) and callable(getattr(value, "to_dict",
+                                                                         None)):
+        return value.to_dict()
+    return value
+
+
+# The value types both configs' name, device and compute take (one rule each)
+RunName = Annotated[Str, AfterValidator(_run_name)]
+Device = Annotated[Str, AfterValidator(check_device)]
+ComputeSection = Annotated[ComputeConfig, BeforeValidator(compute_mapping)]
+
+
 class RunConfig(Spec):
     """The configuration of `miaudit run`: a validated YAML file, saved into every run
     directory as ``config.yaml``. Built from a mapping by :func:`config_from_dict`, which
@@ -63,7 +92,7 @@ class RunConfig(Spec):
 
     renamed = RUN_RENAMED
 
-    name: Str = Field("audit", description=(
+    name: RunName = Field("audit", description=(
         "The run's name: it names the folder runs/<name> (a name, never a path)."))
     seed: Int = Field(0, ge=0, description="Seeds numpy's generators and every model's.",
                       json_schema_extra={"why": "it seeds numpy's generators"})
@@ -114,9 +143,9 @@ class RunConfig(Spec):
         "ROC points, intervals and ε lower bounds."))
     canaries: CanariesSpec = Field(default_factory=lambda: _row_canaries(), description=(
         "One-run auditing: canary rows or white-box gradient canaries (by kind)."))
-    device: Str = Field("auto", description="Where models run: auto | cpu | cuda[:N].",
+    device: Device = Field("auto", description="Where models run: auto | cpu | cuda[:N].",
                         json_schema_extra={"must": DEVICE})
-    compute: ComputeConfig = Field(default_factory=ComputeConfig, description=(
+    compute: ComputeSection = Field(default_factory=ComputeConfig, description=(
         "Where the models train (local, or a Ray cluster)."))
     output: OptStr = Field(None, description="The run directory; null: runs/<name>.")
     cache_dir: OptStr = Field(None, description=(
@@ -131,17 +160,6 @@ class RunConfig(Spec):
     def renaming(cls, data: dict[str, Any]) -> dict[str, Any]:
         return apply_renamed(data, RUN_RENAMED, cls.what)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        check_run_name(value)  # it names the folder runs/<name>: a name, never a path
-        return value
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        return check_device(value)
-
     @field_validator("split", "signals", "checkpoints", "forgetting", mode="before")
     @classmethod
     def _empty_section(cls, value: Any) -> Any:
@@ -151,11 +169,6 @@ class RunConfig(Spec):
     @classmethod
     def _canaries(cls, value: Any) -> Any:
         return as_variant(value)
-
-    @field_validator("compute", mode="before")
-    @classmethod
-    def _compute(cls, value: Any) -> Any:
-        return compute_mapping(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -174,28 +187,10 @@ class RunConfig(Spec):
         return self
 
 
-def check_device(value: str) -> str:
-    """``device`` of either config: auto, cpu or cuda[:N]."""
-    if not (value in ("auto", "cpu", "cuda") or value.startswith("cuda:")):
-        raise ConfigError(f"device must {DEVICE}; got {value!r}.")
-    return value
-
-
 def _row_canaries() -> Any:
     from miaudit.config.sections import RowCanariesConfig
 
     return RowCanariesConfig()
-
-
-def compute_mapping(value: Any) -> Any:
-    """``compute`` as its section takes it: null (left empty) the defaults; a
-    :class:`~miaudit.train.cluster.Compute` (the Python API) its keys."""
-    if value is None:
-        return {}
-    if not isinstance(value, (dict, ComputeConfig)) and callable(getattr(value, "to_dict",
-                                                                         None)):
-        return value.to_dict()
-    return value
 
 
 def check_split_design(cfg: RunConfig) -> None:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 from typing_extensions import Self
 
-from miaudit.config.run import RunConfig, check_device, compute_mapping
+from miaudit.config.run import ComputeSection, Device, RunConfig, RunName
 from miaudit.config.sections import (
     AUTO,
     ComputeConfig,
@@ -37,7 +37,6 @@ from miaudit.config.sections.spec import (
     check_delta,
 )
 from miaudit.errors import ConfigError
-from miaudit.records.run_dir import check_run_name
 
 OUTPUT_KINDS = ("auto", "logits", "probabilities")
 SignalsQueries = Typed[list[str] | str]
@@ -375,7 +374,7 @@ class AuditConfig(Spec):
 
     what = "the audit config"
 
-    name: Str = _same("name")
+    name: RunName = _same("name")
     seed: Int = _same("seed")
     model: ModelSource = Field(default_factory=lambda: _no_model(), description=(
         "The audited model: exactly one source (a variant per source key)."))
@@ -404,26 +403,15 @@ class AuditConfig(Spec):
                          json_schema_extra={"why": "training samples in the exposure ranking"})
     data_dir: OptStr = Field(None, description=(
         "The datasets folder; null: $MIAUDIT_DATA_DIR or ~/.cache/miaudit/data."))
-    device: Str = _same("device")
+    device: Device = _same("device")
     precision: Str = Field("fp32", description=(
         "The target's (and the base model's) query precision: fp32, or bf16 (bfloat16 "
         "autocast: CUDA, or a CPU with AVX-512 BF16 / AMX); the references run at their "
         "recipe's."), json_schema_extra={"must": "be one of fp32, bf16"})
-    compute: ComputeConfig = Field(default_factory=ComputeConfig, description=(
+    compute: ComputeSection = Field(default_factory=ComputeConfig, description=(
         "Where the reference models train (a run's compute: local, or a Ray cluster)."))
     output: OptStr = _same("output")
     cache_dir: OptStr = _same("cache_dir")
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        check_run_name(value)  # it names the folder runs/<name>: a name, never a path
-        return value
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        return check_device(value)
 
     @field_validator("model", mode="before")
     @classmethod
@@ -434,11 +422,6 @@ class AuditConfig(Spec):
     @classmethod
     def _empty_signals(cls, value: Any) -> Any:
         return {} if value is None else value  # `signals:` left empty in the YAML
-
-    @field_validator("compute", mode="before")
-    @classmethod
-    def _compute(cls, value: Any) -> Any:
-        return compute_mapping(value)
 
     @field_validator("precision")
     @classmethod
