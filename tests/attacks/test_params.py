@@ -358,3 +358,146 @@ def test_registration_refuses_undeclared_or_invalid_parameters(monkeypatch):
     assert get_attack("declared-test").defaults == {"gamma": 2.0}
     with pytest.raises(ValueError, match="type must be one of"):
         Param("x", 1, "integer", "a count")
+
+
+# --- the pydantic model of each attack's parameters ----------------------------------------
+
+_JSON_TYPES = {"bool": "boolean", "int": "integer", "float": "number", "str": "string",
+               "list[int]": "array", "list[attack]": "array"}
+
+
+def test_each_attack_has_a_model_with_every_parameter_its_bounds_choices_and_meaning():
+    for spec in list_attacks():
+        assert spec.model is spec.model  # built once
+        schema = spec.model.model_json_schema()
+        assert schema["additionalProperties"] is False, spec.name
+        properties = schema.get("properties", {})
+        assert list(properties) == [p.name for p in spec.params], spec.name
+        for p in spec.params:
+            field = properties[p.name]
+            assert field["description"] == p.meaning
+            assert field["default"] == (list(p.default) if isinstance(p.default, tuple)
+                                        else p.default)
+            kinds = field.get("anyOf", [field])
+            assert ({"type": "null"} in kinds) == p.nullable, (spec.name, p.name)
+            kind = next(k for k in kinds if k.get("type") != "null")
+            assert kind["type"] == _JSON_TYPES[p.type], (spec.name, p.name)
+            assert kind.get("enum") == (list(p.choices) if p.choices else None)
+            bounded = kind["items"] if p.type == "list[int]" else kind
+            for bound, is_open, closed_key, open_key in (
+                (p.low, p.low_open, "minimum", "exclusiveMinimum"),
+                (p.high, p.high_open, "maximum", "exclusiveMaximum"),
+            ):
+                finite = bound is not None and math.isfinite(bound)
+                assert bounded.get(open_key if is_open else closed_key) == (
+                    bound if finite else None), (spec.name, p.name)
+                assert (closed_key if is_open else open_key) not in bounded
+
+
+def _in_bounds(p: Param, x: float) -> bool:
+    return ((p.low is None or x > p.low or (x == p.low and not p.low_open))
+            and (p.high is None or x < p.high or (x == p.high and not p.high_open)))
+
+
+def _valid_values(p: Param, attack: str) -> list:
+    """Valid values of `p` in every form a caller may give them, by its declaration."""
+    values = [p.default] + [None] * p.nullable
+    if p.type == "bool":
+        return values + [True, False, np.bool_(True)]
+    if p.type == "str":
+        return values + list(p.choices or ("text", ""))
+    if p.type == "list[attack]":
+        return values + [[], ["loss"], ("rmia", "loss")] * (attack not in ("loss", "rmia"))
+    finite = [b for b in (p.low, p.high) if b is not None and math.isfinite(b)]
+    numbers = [x for b in finite for x in (b, b - 1, b + 1, b - 0.25, b + 0.25)] + [0, 1, 7, -3]
+    whole = sorted({int(x) for x in numbers if x == int(x) and _in_bounds(p, x)})
+    if p.type == "list[int]":
+        return values + [[], whole, tuple(whole), [np.int64(x) for x in whole]]
+    if p.type == "int":
+        return values + whole + [np.int64(x) for x in whole]
+    reals = [x for x in numbers if _in_bounds(p, x)]
+    infinite = [math.inf] if p.high == math.inf and not p.high_open else []
+    return values + whole + reals + [np.float32(x) for x in reals] + infinite
+
+
+def test_valid_values_pass_the_model_as_given_for_every_attack():
+    """What an attack receives is what the caller gave, object for object (an int for a
+    float stays an int, a tuple a tuple, a numpy scalar a numpy scalar), as it always was."""
+    tried = declared = 0
+    for spec in list_attacks():
+        declared += len(spec.params)
+        for p in spec.params:
+            for value in _valid_values(p, spec.name):
+                given = {p.name: value}
+                checked = check_params(spec.name, given)
+                assert checked == given and checked[p.name] is value, (spec.name, p.name, value)
+                tried += 1
+        assert check_attack_params({spec.name: spec.defaults}) == {spec.name: spec.defaults}
+    assert declared >= 100 and tried >= 5 * declared
+
+
+@pytest.mark.parametrize("attack,params,message", [
+    ("rmia", {"gama": 2},
+     "attack_params.rmia: attack 'rmia' has no parameter 'gama'; did you mean 'gamma'? Its "
+     "parameters are a, gamma, tie_break, temperature (`miaudit attacks rmia` describes them)."),
+    ("rmia", {1: 2},
+     "attack_params.rmia: attack 'rmia' has no parameter '1'. Its parameters are a, gamma, "
+     "tie_break, temperature (`miaudit attacks rmia` describes them)."),
+    ("loss", {"gamma": 1},
+     "attack_params.loss: attack 'loss' has no parameter 'gamma'. It takes no parameters."),
+    # the first refused key in the order given: the value before the unknown name
+    ("rmia", {"a": 5, "gama": 2},
+     "attack_params.rmia: attack 'rmia': parameter 'a' must be a number in [0, 1]; got 5. a: "
+     "offline Pr(x) = ((1 + a) mean_OUT Pr(x|theta_r) + (1 - a)) / 2: the linear stand-in for "
+     "the IN references offline RMIA lacks (default 0.3)."),
+    ("rmia", {"gamma": "abc"},
+     "attack_params.rmia: attack 'rmia': parameter 'gamma' must be a number > 0; got 'abc' "
+     "(YAML reads 1e-5 as text: write 1.0e-5). gamma: x dominates a population sample z when "
+     "ratio(x) / ratio(z) > gamma (default 2.0)."),
+    ("rapid", {"hidden": [1, 0], "lr": -1},
+     "attack_params.rapid: attack 'rapid': parameter 'hidden' must be a list of integers, each "
+     ">= 1; got [1, 0] (its element 0 is out of bounds). hidden: widths of the scorer's hidden "
+     "layers (dropout 0.2 after each but the last) (default [128, 64])."),
+    ("rapid", {"hidden": "abc"},
+     "attack_params.rapid: attack 'rapid': parameter 'hidden' must be a list of integers, each "
+     ">= 1; got 'abc' (not a list). hidden: widths of the scorer's hidden layers (dropout 0.2 "
+     "after each but the last) (default [128, 64])."),
+    ("rapid-hybrid", {"extra_attacks": (2, 3)},
+     "attack_params.rapid-hybrid: attack 'rapid-hybrid': parameter 'extra_attacks' must be a "
+     "list of attack names (see `miaudit attacks`); got (2, 3) (2 is not a registered attack). "
+     "extra_attacks: attacks whose scores (with their defaults) are features, each where the "
+     "target's bank meets its needs (default [lira-offline, lira-online, rmia])."),
+    ("bavaria-n", {"prior_strength": float("nan")},
+     "attack_params.bavaria-n: attack 'bavaria-n': parameter 'prior_strength' must be a number "
+     "in [0, inf], or null; got nan. prior_strength: nu0, the variance prior's weight in "
+     "pseudo-references; null: empirical Bayes; inf: LiRA fixed-variance; 0: per-sample LiRA "
+     "(default null)."),
+    ("rmia", {"tie_break": "abc"},
+     "attack_params.rmia: attack 'rmia': parameter 'tie_break' must be one of none, ratio; got "
+     "'abc'. tie_break: ratio: equal counts ordered by ratio(x), different counts never "
+     "swapped; none: the paper's count (default ratio)."),
+])
+def test_refusals_keep_their_words(attack, params, message):
+    with pytest.raises(ParamError) as caught:
+        check_attack_params({attack: params})
+    assert str(caught.value) == message
+
+
+def test_a_parameter_may_bear_a_name_pydantic_keeps_for_itself(monkeypatch):
+    """A plugin's parameter may be called `copy` or `model_config` (pydantic's own names)."""
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
+
+    def scored(view, copy, model_config):
+        return np.zeros(view.n_samples)
+
+    register_attack("pydantic-names-test", params=(
+        Param("copy", 1, "int", "copies", low=1),
+        Param("model_config", "a", "str", "a choice", choices=("a", "b"))))(scored)
+    spec = get_attack("pydantic-names-test")
+    assert list(spec.model.model_json_schema()["properties"]) == ["copy", "model_config"]
+    assert check_params(spec.name, {"model_config": "b", "copy": 3}) == {
+        "model_config": "b", "copy": 3}
+    with pytest.raises(ParamError, match="parameter 'copy' must be an integer >= 1; got 0"):
+        check_params(spec.name, {"copy": 0})
+    with pytest.raises(ParamError, match="no parameter 'model_confi'; did you mean"):
+        check_params(spec.name, {"model_confi": "a"})

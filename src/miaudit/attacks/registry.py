@@ -8,24 +8,26 @@ its way (a scorer's held-out shadow rows) may return `Scored(scores, ThresholdRo
 instead: the pipeline then picks its public-data threshold on those rows rather than running
 the attack again with a reference as target (`run_attack` checks that they are public).
 
-Each attack declares its parameters (`Param`: type, default, valid values, meaning);
-`check_params` refuses an unknown name or an invalid value, and every entry point calls it
+Each attack declares its parameters (`Param`: type, default, valid values, meaning), from
+which its pydantic model is built (`AttackSpec.model`); `check_params` validates through it,
+refusing an unknown name or an invalid value in our words, and every entry point calls it
 before any work: run and audit configs, `miaudit attack --params`, the Python API, and
 `run_attack` itself.
 """
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ValidationError
 
-from miaudit.attacks.params import Param, show
+from miaudit.attacks.params import Param, params_model, problem, refusal
 from miaudit.attacks.view import TargetView
 from miaudit.errors import AttackError, ParamError
 from miaudit.registry import Registry
@@ -231,6 +233,11 @@ class AttackSpec:
         """{parameter: default}: what the attack runs with unless overridden."""
         return {p.name: p.default for p in self.params}
 
+    @cached_property
+    def model(self) -> type[BaseModel]:
+        """The pydantic model of its parameters (`params_model`), built once."""
+        return params_model(self.name, self.params)
+
 
 _REGISTRY: Registry[AttackSpec] = Registry(
     "attack", AttackError, unknown="unknown attack '{name}'.{hint} Known attacks: {known}.",
@@ -260,15 +267,17 @@ def register_attack(
 
     def spec(fn: Callable[..., np.ndarray | Scored]) -> AttackSpec:
         _check_declared(name, fn, params)
-        return AttackSpec(name, fn, needs, description, tuple(params), family,
+        made = AttackSpec(name, fn, needs, description, tuple(params), family,
                           first_query_only, image_queries, model_free)
+        _check_defaults(made)
+        return made
 
     return _REGISTRY.decorator(name, spec)
 
 
 def _check_declared(name: str, fn: Callable[..., Any], params: Sequence[Param]) -> None:
     """A registration's declared parameters are its function's keyword parameters (after
-    `view`), each declared once, and each default is valid (a bug in the attack otherwise)."""
+    `view`), each declared once."""
     declared = [p.name for p in params]
     signature = list(inspect.signature(fn).parameters.values())[1:]
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -281,11 +290,22 @@ def _check_declared(name: str, fn: Callable[..., Any], params: Sequence[Param]) 
             f"takes {[str(p) for p in signature]}: name every parameter in its signature "
             "(no **kwargs) and declare each once."
         )
-    for param in params:
-        problem = param.problem(param.default, _REGISTRY)
-        if problem and param.type != "list[attack]":  # attacks it names may register later
-            raise ValueError(f"attack '{name}': the default {param.default!r} of "
-                             f"'{param.name}' is invalid ({problem}).")
+
+
+def _check_defaults(spec: AttackSpec) -> None:
+    """Each declared default is valid, by the attack's model (a bug in the attack otherwise);
+    a list of attacks is not checked, as the attacks it names may register later."""
+    if not spec.params:
+        return
+    defaults = {p.name: p.default for p in spec.params if p.type != "list[attack]"}
+    try:
+        spec.model.model_validate(defaults)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        param = next(p for p in spec.params if p.name == error["loc"][0])
+        raise ValueError(f"attack '{spec.name}': the default {param.default!r} of "
+                         f"'{param.name}' is invalid "
+                         f"({problem(param, error, param.default)}).") from None
 
 
 def list_attacks() -> list[AttackSpec]:
@@ -297,11 +317,12 @@ def get_attack(name: str) -> AttackSpec:
 
 
 def check_params(attack: str, overrides: Any, where: str = "") -> dict[str, Any]:
-    """Parameter overrides `{parameter: value}` for `attack`, checked: the one validation
-    every entry point uses (run and audit configs, `miaudit attack --params`, the Python API,
-    `run_attack`). An unknown name is refused with the closest declared one; a value of the
-    wrong type, out of bounds, not among the choices or NaN, with what is valid. `where` names
-    the place in the caller's input ("attack_params.rmia", "--params"). Returns a copy."""
+    """Parameter overrides `{parameter: value}` for `attack`, validated by the attack's
+    pydantic model (`AttackSpec.model`): the one validation every entry point uses (run and
+    audit configs, `miaudit attack --params`, the Python API, `run_attack`). An unknown name
+    is refused with the closest declared one; a value of the wrong type, out of bounds, not
+    among the choices or NaN, with what is valid. `where` names the place in the caller's
+    input ("attack_params.rmia", "--params"). Returns a copy, each value as given."""
     spec = get_attack(attack)
     prefix = f"{where}: " if where else ""
     if overrides is None:
@@ -309,28 +330,15 @@ def check_params(attack: str, overrides: Any, where: str = "") -> dict[str, Any]
     if not isinstance(overrides, Mapping):
         raise ParamError(f"{prefix}the parameters of attack '{attack}' must be a mapping "
                          f"{{parameter: value}}; got {overrides!r}.")
-    declared = {p.name: p for p in spec.params}
-    listing = (f"its parameters are {', '.join(declared)} (`miaudit attacks {attack}` "
-               "describes them)" if declared else "it takes no parameters")
-    for key, value in overrides.items():
-        param = declared.get(key) if isinstance(key, str) else None
-        if param is None:
-            close = difflib.get_close_matches(str(key), list(declared), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else "."
-            raise ParamError(f"{prefix}attack '{attack}' has no parameter '{key}'{hint} "
-                             f"{listing[0].upper()}{listing[1:]}.")
-        others = [n for n in _REGISTRY if n != attack] if param.type == "list[attack]" else ()
-        problem = param.problem(value, others)  # an attack never lists itself (recursion)
-        if problem:
-            text = (" (YAML reads 1e-5 as text: write 1.0e-5)"
-                    if isinstance(value, str) and param.type in ("int", "float")
-                    else f" ({problem})" if param.type.startswith("list") else "")
-            raise ParamError(
-                f"{prefix}attack '{attack}': parameter '{key}' must be {param.requirement()}; "
-                f"got {value!r}{text}. {key}: {param.meaning} (default "
-                f"{show(param.default)})."
-            )
-    return dict(overrides)
+    given = dict(overrides)
+    # the attacks a list of attacks may name: an attack never lists itself (recursion)
+    others = [n for n in _REGISTRY if n != attack]
+    try:
+        checked = spec.model.model_validate(given, context={"attacks": others})
+    except ValidationError as exc:
+        raise ParamError(prefix + refusal(attack, spec.params, exc, given)) from None
+    fields = {info.alias or name: name for name, info in type(checked).model_fields.items()}
+    return {key: getattr(checked, fields[key]) for key in given}
 
 
 def check_attack_params(
