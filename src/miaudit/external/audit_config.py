@@ -34,18 +34,20 @@ from miaudit.config import (
     resolve_queries,
 )
 from miaudit.errors import ConfigError
-from miaudit.external.audit_spec import (
+from miaudit.external.audit_model_spec import (
     OUTPUT_KINDS,
-    AuditConfig,
-    DataSection,
     ModelSection,
     ModelSource,
+    describe_instance,
+    instance_kind,
+)
+from miaudit.external.audit_spec import (
+    AuditConfig,
+    DataSection,
     PublicSection,
     ReferencesSection,
     SignalsSection,
     check_complete,
-    describe_instance,
-    instance_kind,
 )
 
 __all__ = [
