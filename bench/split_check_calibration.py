@@ -45,8 +45,8 @@ def _draws(kind: str, shift: float, x: np.ndarray, y: np.ndarray, trials: int,
         start = time.perf_counter()
         record = split_check(members, features=x, labels=y, metric_cfg=CFG, seed=t)
         seconds.append(time.perf_counter() - start)
-        p_values.append(record["p_value"])
-        aucs.append(record["metrics"]["auc"])
+        p_values.append(record.p_value)
+        aucs.append(record.auc)
     p = np.asarray(p_values)
     return {"kind": kind, "shift": shift, "trials": trials,
             "p<0.05": float((p < 0.05).mean()), "p<0.01": float((p < 0.01).mean()),
@@ -71,7 +71,7 @@ def main() -> None:
     start = time.perf_counter()
     record = split_check(members, features=big, labels=labels, metric_cfg=CFG, seed=0)
     timing = {"rows": args.rows, "features": 784, "seconds": time.perf_counter() - start,
-              "auc": record["metrics"]["auc"], "p_value": record["p_value"]}
+              "auc": record.auc, "p_value": record.p_value}
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     print("| membership | trials | p < 0.05 | p < 0.01 | shifted (p < 0.001) | mean AUC | "
           "s per check |")

@@ -158,8 +158,8 @@ def test_the_split_check_finds_a_shifted_split_of_unlabelled_texts(user, tmp_pat
         references=0, max_length=MAX_LENGTH, attacks=["lm-loss"], out=tmp_path / "run",
         text_column="text", progress=False, cache_dir=str(tmp_path / "cache"))
     split = result.meta["checks"]["split"]
-    assert "label" not in split["features"] and split["rows"] == 128
-    assert split["metrics"]["auc"] > 0.8 and split["shifted"]
+    assert "label" not in split.features and split.rows == 128
+    assert split.auc > 0.8 and split.shifted
     line = split_line(result)
     assert "can be told apart without the model" in line
     assert "on hashed TF-IDF words and word pairs, 9 text statistics, cross-fitted" in line
@@ -216,7 +216,7 @@ def test_an_lm_audit_of_labelled_texts_is_unchanged(user, tmp_path):
         references=0, max_length=MAX_LENGTH, attacks=["lm-loss"], out=tmp_path / "run",
         text_column="text", progress=False, cache_dir=str(tmp_path / "cache"))
     assert result.meta["dataset_labels"] == "labelled"
-    assert result.meta["checks"]["split"]["features"].endswith("and the label")
+    assert result.meta["checks"]["split"].features.endswith("and the label")
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +277,7 @@ def test_members_never_seen_report_no_leak(user, adapter, base_folder, tmp_path,
     assert result.meta["dataset_labels"] == "unlabelled"
     assert assess(result).measured not in ("exposed", "average-case")
     assert result.meta["verdict"].level not in ("exposed", "average-case")
-    assert not result.meta["checks"]["split"]["shifted"]
+    assert not result.meta["checks"]["split"].shifted
     for outcome in result.outcomes:  # 32 members and 32 non-members: |z| < 4.9
         assert abs(outcome.metrics.auc - 0.5) < 4.9 * np.sqrt(65 / (12 * 32 * 32)), outcome.name
 

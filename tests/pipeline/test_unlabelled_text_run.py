@@ -66,7 +66,7 @@ def test_an_hf_causal_lm_run_on_a_txt_file(tmp_path, docstring_texts, base_folde
     assert {o.name for o in result.outcomes} == {"lm-loss", "lm-base-reference"}
     assert result.meta["dataset_labels"] == "unlabelled"
     assert "is a .txt file (one text a line)" in result.meta["dataset_notes"]
-    assert "label" not in result.meta["checks"]["split"]["features"]
+    assert "label" not in result.meta["checks"]["split"].features
 
 
 @pytest.mark.parametrize("suffix", ["jsonl", "txt"])

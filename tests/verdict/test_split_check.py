@@ -4,6 +4,7 @@ one-sided test read off a DeLong interval."""
 
 from __future__ import annotations
 
+import json
 import math
 from statistics import NormalDist
 
@@ -23,6 +24,7 @@ from miaudit.verdict.split_check import (
     split_check,
     split_shifted,
 )
+from miaudit.verdict.split_record import SplitSkipped, split_record
 
 CFG = MetricsConfig(bootstrap=50)
 
@@ -36,14 +38,14 @@ def test_a_random_split_of_real_data_is_exchangeable(digits):
     x, y = digits
     members = np.random.default_rng(3).random(len(y)) < 0.5
     record = split_check(members, features=x, labels=y, metric_cfg=CFG, seed=0)
-    assert not record["shifted"] and record["p_value"] > SHIFT_P_VALUE
-    assert 0.42 < record["metrics"]["auc"] < 0.58
-    assert record["metrics"]["auc_ci"] is None  # the pooled figure carries no interval
-    assert [h["n_members"] + h["n_nonmembers"] for h in record["halves"]] == [899, 898]
-    assert record["p_value"] == min(1.0, 2 * min(h["p_value"] for h in record["halves"]))
-    assert record["classifier"] == "gradient-boosted trees"
-    assert record["features"] == "the 64 feature values and the label"
-    assert record["rows"] == len(y) and record["subsampled_from"] is None
+    assert not record.shifted and record.p_value > SHIFT_P_VALUE
+    assert 0.42 < record.auc < 0.58
+    assert record.metrics.auc_ci is None  # the pooled figure carries no interval
+    assert [h.n_members + h.n_nonmembers for h in record.halves] == [899, 898]
+    assert record.p_value == min(1.0, 2 * min(h.p_value for h in record.halves))
+    assert record.classifier == "gradient-boosted trees"
+    assert record.features == "the 64 feature values and the label"
+    assert record.rows == len(y) and record.subsampled_from is None
 
 
 def test_members_from_an_easier_slice_are_told_apart(digits):
@@ -54,9 +56,9 @@ def test_members_from_an_easier_slice_are_told_apart(digits):
     easy = (y < 5) | (ink > np.median(ink))
     members = rng.random(len(y)) < np.where(easy, 0.75, 0.2)
     record = split_check(members, features=x, labels=y, metric_cfg=CFG, seed=0)
-    assert record["shifted"] and record["p_value"] < 1e-6
-    assert record["metrics"]["auc"] > 0.6
-    assert all(h["auc_ci"][0] > 0.5 for h in record["halves"])
+    assert record.shifted and record.p_value < 1e-6
+    assert record.auc > 0.6
+    assert all(h.auc_ci[0] > 0.5 for h in record.halves)
 
 
 def test_no_row_is_scored_by_a_classifier_that_saw_its_membership():
@@ -82,15 +84,15 @@ def test_texts_use_their_words_and_statistics():
     words = ["alpha", "beta", "gamma", "delta", "omega", "sigma"]
     same = np.array([" ".join(rng.choice(words, 8)) for _ in range(n)])
     record = split_check(members, texts=same, labels=None, metric_cfg=CFG)
-    assert not record["shifted"] and record["classifier"] == "logistic regression"
-    assert record["features"] == "hashed TF-IDF words and word pairs, 9 text statistics"
+    assert not record.shifted and record.classifier == "logistic regression"
+    assert record.features == "hashed TF-IDF words and word pairs, 9 text statistics"
     # members written in another period: dated 2024, non-members 2019
     dated = np.array([f"{t} posted {'2024' if m else '2019'}" for t, m in zip(same, members,
                                                                              strict=True)])
     shifted = split_check(members, texts=dated, labels=np.zeros(n, dtype=np.int64),
                           metric_cfg=CFG)
-    assert shifted["shifted"] and shifted["metrics"]["auc"] > 0.95
-    assert shifted["features"].endswith("and the label")
+    assert shifted.shifted and shifted.auc > 0.95
+    assert shifted.features.endswith("and the label")
 
 
 def test_large_audits_are_subsampled_keeping_the_member_share():
@@ -99,15 +101,35 @@ def test_large_audits_are_subsampled_keeping_the_member_share():
     members[:600] = True
     x = np.random.default_rng(7).normal(size=(n, 3))
     record = split_check(members, features=x, labels=None, metric_cfg=CFG, max_rows=1000)
-    assert record["rows"] == 1000 and record["subsampled_from"] == n
-    assert sum(h["n_members"] for h in record["halves"]) == 200  # a fifth, as in the audit
+    assert record.rows == 1000 and record.subsampled_from == n
+    assert sum(h.n_members for h in record.halves) == 200  # a fifth, as in the audit
+
+
+def test_the_record_reads_back_from_its_json(digits):
+    """summary.json holds the record's to_dict (its keys in the order the check has always
+    written them); split_record types it again, equal to the record."""
+    x, y = digits
+    members = np.random.default_rng(3).random(len(y)) < 0.5
+    record = split_check(members[:600], features=x[:600], labels=y[:600], metric_cfg=CFG)
+    doc = json.loads(json.dumps(record.to_dict()))
+    assert list(doc) == ["classifier", "features", "folds", "rows", "subsampled_from",
+                         "metrics", "halves", "confidence", "p_value", "shift_p_value",
+                         "shifted", "seconds"]
+    assert list(doc["halves"][0]) == ["auc", "auc_ci", "n_members", "n_nonmembers", "p_value"]
+    assert doc["metrics"]["tpr_at_fpr"] == record.metrics.to_dict()["tpr_at_fpr"]
+    assert split_record(doc) == record and split_record(record) is record
+    skipped = split_check(members[:30] & (y[:30] < 3), features=x[:30])
+    assert isinstance(skipped, SplitSkipped) and split_record(skipped.to_dict()) == skipped
+    assert split_record(None) is None
+    with pytest.raises(TypeError, match="SplitCheck"):
+        split_record("shifted")
 
 
 def test_too_few_rows_or_no_features_skip_with_the_reason():
     members = np.array([True] * 4 + [False] * 40)
     assert "needs at least 10 members" in split_check(
-        members, features=np.zeros((44, 2)))["skipped"]
-    assert "not available" in split_check(np.arange(40) % 2 == 0)["skipped"]
+        members, features=np.zeros((44, 2))).skipped
+    assert "not available" in split_check(np.arange(40) % 2 == 0).skipped
 
 
 def test_the_p_value_reads_the_logit_scale_delong_interval():
@@ -133,8 +155,8 @@ def test_a_model_free_attack_counts_as_evidence_and_an_attack_on_the_model_does_
     blind = AttackOutcome.from_dicts("blind", np.zeros(1000), separated, cost={"models": 0})
     loss = AttackOutcome.from_dicts("loss", np.zeros(1000), separated, cost={"models": 1})
     found = model_free_evidence(None, [loss, blind], 0.95)
-    assert [e["source"] for e in found] == ["the model-free attack blind"]
-    assert found[0]["shifted"] and split_shifted(None, [loss, blind], 0.95) is True
+    assert [e.source for e in found] == ["the model-free attack blind"]
+    assert found[0].shifted and split_shifted(None, [loss, blind], 0.95) is True
     assert split_shifted(None, [loss], 0.95) is None  # nothing model-free: not checked
 
 

@@ -57,7 +57,7 @@ def run(setup_name: str, members: int, epochs: int) -> dict:
             "gap": fit["train_acc"] - fit["test_acc"], "loss_auc": m.auc_columns()["auc"],
             "loss_tpr@1%": m.tpr_columns([0.01])["tpr@0.01"],
             "train_s": float(built.models[0].train_seconds),
-            "query_s": built.info["query_seconds"], "wall_s": wall}
+            "query_s": built.info.query_seconds, "wall_s": wall}
 
 
 def main(names: list[str]) -> None:

@@ -30,22 +30,25 @@ import dataclasses
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 from miaudit.attacks.registry import Needs, get_attack, list_attacks
 from miaudit.errors import AttackError, ConfigError
 
+# What a planned bank holds: a dataset's kind (miaudit.data.dataset.DataKind) as the attacks
+# see it, tokens as text, and "sequence" for texts that causal LMs read
+PlanData = Literal["image", "tabular", "text", "sequence"]
 # What each kind of planned bank holds, in words for messages.
-DATA_WORDS = {
+DATA_WORDS: dict[PlanData, str] = {
     "image": "images",
     "tabular": "tabular rows",
     "text": "texts (for a text classifier)",
     "sequence": "texts (for causal language models)",
 }
 # The data kinds a plan knows (`BankPlan.data`).
-DATA_KINDS = tuple(DATA_WORDS)
+DATA_KINDS: tuple[PlanData, ...] = get_args(PlanData)
 
 # explain(need, value, attack): what the front door's bank lacks for this need, and how to
 # give it to the attack (`need` is a field of `Needs`; `value` the attack's value of it).
@@ -76,7 +79,7 @@ class BankPlan:
     built, so nothing is refused on it.
     """
 
-    data: str | None
+    data: PlanData | None
     dataset: str = ""
     where: str = "this run"
     references: int | None = 0
@@ -102,7 +105,8 @@ class BankPlan:
     @property
     def data_words(self) -> str:
         """The data as messages name it: "this run's data (digits) are images"."""
-        what = DATA_WORDS.get(self.data or "", "data of a kind not known yet")
+        what = (DATA_WORDS[self.data] if self.data in DATA_WORDS
+                else "data of a kind not known yet")
         return f"{self.where}'s data{f' ({self.dataset})' if self.dataset else ''} are {what}"
 
 

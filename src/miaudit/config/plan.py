@@ -27,11 +27,12 @@ them together):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from miaudit.attacks.fit import (
     DATA_WORDS,
     BankPlan,
+    PlanData,
     models_for,
     reference_sides,
     references_serve,
@@ -39,12 +40,15 @@ from miaudit.attacks.fit import (
 from miaudit.attacks.registry import Needs, get_attack
 from miaudit.config.sections import AUTO, resolve_grad_norm, resolve_queries
 
+if TYPE_CHECKING:  # miaudit.data loads its loaders: the config checks stay light
+    from miaudit.data.dataset import DataKind
+
 # Table files a user gives: without `text_column` (or `kind: text`) they load as tabular rows.
 _TABLE_SUFFIXES = (".csv", ".jsonl", ".parquet", ".pq")
 
 
 def dataset_kind(name: str, options: dict[str, Any] | None = None,
-                 data_dir: str | None = None) -> str | None:
+                 data_dir: str | None = None) -> DataKind | None:
     """The kind (image, tabular, text) of dataset ``name`` with its loader ``options``,
     without loading it: a registered dataset's, or a user file's as its loader will read it;
     None for a ``.npz`` without ``kind`` (images or a table, known once it loads)."""
@@ -58,8 +62,11 @@ def dataset_kind(name: str, options: dict[str, Any] | None = None,
     if (options.get("text_column") is not None or options.get("kind") == "text"
             or Path(path).suffix.lower() == ".txt"):  # a .txt: texts, one a line
         return "text"
-    if options.get("kind") in ("image", "tabular"):
-        return str(options["kind"])
+    given = options.get("kind")  # the loader's other kinds (it checks the value)
+    if given == "image":
+        return "image"
+    if given == "tabular":
+        return "tabular"
     if Path(path).suffix.lower() in _TABLE_SUFFIXES:
         return "tabular"
     return None
@@ -77,7 +84,7 @@ def _given(value: Any) -> bool:
 
 
 def run_plan(cfg: Any, target: Any, reference: Any, augment: Any = None,
-             kind: str | None = None) -> BankPlan:
+             kind: DataKind | None = None) -> BankPlan:
     """The bank the run config ``cfg`` will build, from its target and reference recipes
     (:class:`~miaudit.train.recipe.Recipe`, as the pipeline resolves them), the target
     recipe's ``augment`` as the config gives it (what ``signals.queries: auto`` replays) and,
@@ -86,8 +93,7 @@ def run_plan(cfg: Any, target: Any, reference: Any, augment: Any = None,
 
     if kind is None:
         kind = dataset_kind(cfg.dataset.name, cfg.dataset.options, cfg.data_dir)
-    if kind == "tokens":  # a text dataset, tokenized
-        kind = "text"
+    seen: PlanData | None = "text" if kind == "tokens" else kind  # tokens: texts, tokenized
     attacks = list(cfg.attacks)
     wanted = [get_attack(a).needs for a in attacks]
     lm = target.architecture in CAUSAL_LM_ARCHITECTURES
@@ -96,7 +102,7 @@ def run_plan(cfg: Any, target: Any, reference: Any, augment: Any = None,
         from miaudit.signals.recall_texts import RECALL_PREFIX_TEXTS
 
         recall_texts = RECALL_PREFIX_TEXTS
-    data = "sequence" if lm and kind in ("text", None) else kind
+    data = "sequence" if lm and seen in ("text", None) else seen
     bases = {r.arch_params.get("base_model") for r in (target, reference)}
     base = bases.pop() if len(bases) == 1 else None
     population = _count(cfg.split.population)
@@ -111,11 +117,11 @@ def run_plan(cfg: Any, target: Any, reference: Any, augment: Any = None,
               "boundary_distance": bool(cfg.signals.boundary_distance)}
         channels = frozenset(name for name, value in on.items() if value)
     queries: tuple[str, ...] | None
-    if kind is None and cfg.signals.queries == AUTO and augment:
+    if seen is None and cfg.signals.queries == AUTO and augment:
         queries = None  # images are queried on the views of the augmentation, tables not
     else:
         queries = tuple(resolve_queries(cfg.signals.queries,
-                                        "tokens" if kind == "text" else str(kind), attacks,
+                                        "tokens" if seen == "text" else str(seen), attacks,
                                         augment))
     public, pool = _given(cfg.split.public), _given(cfg.split.population)
     sides = reference_sides(cfg.design, cfg.models, cfg.target, public)
@@ -130,7 +136,7 @@ def run_plan(cfg: Any, target: Any, reference: Any, augment: Any = None,
         population=pool,
         channels=channels, queries=queries,
         sequence=None if data is None else data == "sequence",
-        texts=None if kind is None else kind == "text",
+        texts=None if seen is None else seen == "text",
         base_model=lm and base is not None and any(n.base_model for n in wanted),
         prefix=prefix,
         token_ids=lm and any(n.token_ids for n in wanted),

@@ -19,7 +19,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
@@ -43,6 +43,9 @@ from miaudit.config.sections.canary_spec import as_variant
 from miaudit.config.sections.spec import Dict, Int, Names, OptStr, Spec, Str, Typed, suggest
 from miaudit.errors import AttackError, ConfigError, ParamError
 from miaudit.records.run_dir import check_run_name
+
+if TYPE_CHECKING:  # miaudit.data loads its loaders: the config checks stay light
+    from miaudit.data.dataset import DataKind
 
 # Keys renamed in this release: old dotted key -> new one. The old spelling still works for one
 # release and warns that it is now the new one; giving both is an error.
@@ -288,7 +291,7 @@ def _check_attacks(cfg: RunConfig) -> None:
     check_attack_params(cfg.attack_params, selected=cfg.attacks)
 
 
-def check_attacks_fit(cfg: RunConfig, kind: str | None = None) -> None:
+def check_attacks_fit(cfg: RunConfig, kind: DataKind | None = None) -> None:
     """Every attack in ``attacks`` can run on the bank this run will build: ConfigError
     naming each one that cannot, what the bank will lack and how to give it, before any model
     trains (a run scores every attack it lists: one it cannot support is an error, not
@@ -298,7 +301,7 @@ def check_attacks_fit(cfg: RunConfig, kind: str | None = None) -> None:
     check_fit(cfg.attacks, run_bank_plan(cfg, kind, planned_recipes(cfg)))
 
 
-def run_bank_plan(cfg: RunConfig, kind: str | None = None,
+def run_bank_plan(cfg: RunConfig, kind: DataKind | None = None,
                   recipes: tuple[Any, Any] | None = None) -> Any:
     """The bank this run will build, planned from the config
     (:class:`~miaudit.attacks.fit.BankPlan`, :func:`miaudit.config.plan.run_plan`).

@@ -6,15 +6,16 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 from miaudit.errors import DataError
 
-# "tokens": a text dataset tokenized for a model (token ids as exact float32 [N, L]; see
-# miaudit.models.run_tokenizer.tokenized_dataset)
-KINDS = ("image", "tabular", "text", "tokens")
+# The kinds of data a Dataset holds. "tokens": a text dataset tokenized for a model (token
+# ids as exact float32 [N, L]; see miaudit.models.run_tokenizer.tokenized_dataset)
+DataKind = Literal["image", "tabular", "text", "tokens"]
+KINDS: tuple[DataKind, ...] = get_args(DataKind)
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,7 +33,7 @@ class Dataset:
     features: np.ndarray
     labels: np.ndarray
     num_classes: int
-    kind: str
+    kind: DataKind
     source: str = ""
     notes: str = ""
     # how the features were made from the source's values, in words ("standard: pixels / 16

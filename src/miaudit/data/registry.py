@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from miaudit.data.dataset import Dataset
+from miaudit.data.dataset import DataKind, Dataset
 from miaudit.errors import DataError
 from miaudit.registry import Registry
 
@@ -43,7 +43,7 @@ class DatasetInfo:
     """What `list_datasets` reports about one registered dataset."""
 
     name: str
-    kind: str
+    kind: DataKind
     description: str
     source: str
     license: str
@@ -61,7 +61,7 @@ class _Entry:
     loader: Loader
     fetcher: Fetcher | None
     present: PresenceCheck
-    kind: str
+    kind: DataKind
     description: str
     source: str
     license: str
@@ -94,7 +94,7 @@ def register_dataset(
     *,
     fetcher: Fetcher | None = None,
     present: PresenceCheck | None = None,
-    kind: str,
+    kind: DataKind,
     description: str,
     source: str = "",
     license: str = "",

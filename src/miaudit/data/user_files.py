@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -320,7 +320,7 @@ def load_file(
     folder: Path,
     path: str | Path | None = None,
     label_column: str | None = "label",
-    kind: str | None = None,
+    kind: Literal["image", "tabular", "text"] | None = None,
     standardize: bool = False,
     preprocessing: str = "standard",
     text_column: str | None = None,

@@ -22,7 +22,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -49,6 +49,9 @@ from miaudit.external.audit_spec import (
     SignalsSection,
     check_complete,
 )
+
+if TYPE_CHECKING:  # miaudit.data loads its loaders: the config checks stay light
+    from miaudit.data.dataset import DataKind
 
 __all__ = [
     "OUTPUT_KINDS", "AuditConfig", "DataSection", "ModelSection", "ModelSource",
@@ -316,7 +319,7 @@ def _public_given(cfg: AuditConfig) -> bool | None:
 
 
 def audit_plan(cfg: AuditConfig, *, causal_lm: bool = False, base_model: bool = False,
-               kind: str | None = None, target_kind: str | None = None) -> Any:
+               kind: DataKind | None = None, target_kind: str | None = None) -> Any:
     """The bank `miaudit audit` will build for ``cfg``, before anything loads or trains
     (:class:`~miaudit.attacks.fit.BankPlan`): the most it can hold, None where only loading
     tells (its attacks are then left to the bank's skip reasons).
@@ -328,16 +331,16 @@ def audit_plan(cfg: AuditConfig, *, causal_lm: bool = False, base_model: bool = 
     ``cfg.target_kind``). Reference models train on public data only: none is IN for an audit
     sample, and each is OUT for all of them."""
     from miaudit.attacks import list_attacks
-    from miaudit.attacks.fit import BankPlan
+    from miaudit.attacks.fit import BankPlan, PlanData
     from miaudit.config.plan import dataset_kind
 
     target_kind = target_kind or cfg.target_kind
     if kind is None:
         kind = dataset_kind(str(cfg.data.dataset), cfg.data.options, cfg.data_dir)
-    if kind == "tokens":  # the texts, tokenized by the model folder's tokenizer
-        kind = "text"
+    # tokens: the texts, tokenized by the model folder's tokenizer
+    seen: PlanData | None = "text" if kind == "tokens" else kind
     hf = bool(cfg.model.hf_model)
-    data = ("sequence" if causal_lm else "text") if hf else kind
+    data = ("sequence" if causal_lm else "text") if hf else seen
     public = _public_given(cfg)
     references = 0 if public is False else cfg.references.models
     attacks = cfg.attacks if cfg.attacks is not None else [s.name for s in list_attacks()]
@@ -350,8 +353,8 @@ def audit_plan(cfg: AuditConfig, *, causal_lm: bool = False, base_model: bool = 
             or (target_kind == "outputs" and not cfg.model.public_outputs)):
         population = False
     queries: tuple[str, ...] | None = ("plain",)
-    if target_kind != "outputs" and kind is not None:
-        queries = tuple(audit_signals(cfg, "tokens" if hf else kind, target_kind)[0])
+    if target_kind != "outputs" and seen is not None:
+        queries = tuple(audit_signals(cfg, "tokens" if hf else seen, target_kind)[0])
     elif target_kind != "outputs":
         queries = None  # a user's .npz: images are queried on the declared augmentation
     plan = BankPlan(

@@ -20,6 +20,7 @@ import numpy as np
 
 from miaudit.config.sections.spec import required
 from miaudit.data import Dataset, load_dataset
+from miaudit.data.dataset import DataKind
 from miaudit.data.user_files import numpy_file_problem, read_npz_arrays
 from miaudit.errors import ConfigError, DataError
 from miaudit.external.audit_config import AuditConfig
@@ -56,7 +57,7 @@ class AuditData:
         return int(self.population_rows.size)
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> DataKind:
         return self.data.kind
 
     @property

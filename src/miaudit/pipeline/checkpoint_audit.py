@@ -87,7 +87,7 @@ def audit_checkpoints(
             continue  # the final model: reported by the run itself
         models = [m.checkpoints[label] for m in built.models]
         bank, _ = query_bank(cfg, built.dataset, design, models, [], built.queries,
-                             built.info["device"], progress, texts=built.texts)  # fmt: skip
+                             built.info.device, progress, texts=built.texts)  # fmt: skip
         result = evaluate_attacks(bank, design.target, cfg.attacks, EvaluationOptions(
             params=cfg.attack_params, metrics=cfg.metrics, seed=cfg.seed,
             train_seconds=[m.train_seconds for m in models], progress=progress,

@@ -23,6 +23,7 @@ from miaudit.records.outcomes import AttackCost, AttackMetrics, AttackOutcome, A
 from miaudit.runtime.progress import progress_bar
 from miaudit.signals import SignalBank
 from miaudit.verdict.split_check import split_shifted
+from miaudit.verdict.split_record import SplitRecord
 
 
 def model_accuracies(bank: SignalBank) -> list[dict[str, Any]]:
@@ -162,7 +163,8 @@ class EvaluationOptions:
     ``target_privacy``: a DP-SGD target's privacy record (the claim the bounds audit);
     ``canaries``: the canary settings of the bounds on canaries; ``membership``: who drew the
     audit samples' membership ("miaudit", "user" or "unknown"); ``split_check``: the split
-    check's record the caller ran on the audit rows, or None."""
+    check's record the caller ran on the audit rows
+    (:mod:`miaudit.verdict.split_record`), or None."""
 
     params: Mapping[str, Mapping[str, Any]] | None = None
     metrics: MetricsConfig | None = None
@@ -174,7 +176,7 @@ class EvaluationOptions:
     target_privacy: Mapping[str, Any] | None = None
     canaries: CanariesConfig | None = None
     membership: str = "unknown"
-    split_check: dict[str, Any] | None = None
+    split_check: SplitRecord | None = None
 
 
 def evaluate_attacks(
@@ -261,7 +263,7 @@ def evaluate_bank(
     target_privacy: dict[str, Any] | None = None,
     canaries: CanariesConfig | None = None,
     membership: str = "unknown",
-    split_check: dict[str, Any] | None = None,
+    split_check: SplitRecord | None = None,
 ) -> AuditResult:
     """:func:`evaluate_attacks` with its options as keyword arguments (the older spelling,
     kept for callers and tests written against it); the arguments are

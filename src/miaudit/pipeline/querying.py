@@ -20,6 +20,7 @@ from miaudit.config import (
     resolve_queries,
 )
 from miaudit.data import Dataset, load_dataset
+from miaudit.data.dataset import DataKind
 from miaudit.errors import ConfigError
 from miaudit.pipeline.canaries import canary_secrets, check_canaries, target_dataset
 from miaudit.pipeline.models import forgetting_models, resolve_recipes, train_design
@@ -38,6 +39,20 @@ from miaudit.train.gradient_canaries import GradientCanaryRecord
 from miaudit.train.model_cache import default_cache_dir
 
 
+@dataclass(frozen=True)
+class BuildInfo:
+    """How a bank's models were obtained: the ``device`` they trained and are queried on, the
+    wall-clock seconds of training (or loading from the cache) and of querying, the notes for
+    the report (e.g. texts cut to the recipe's length) and, with secret canaries, what the
+    target gives away about each (:func:`secret_exposures`; None without them)."""
+
+    device: str
+    train_wall_seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+    query_seconds: float = 0.0
+    canary_secrets: list[dict[str, Any]] | None = None
+
+
 @dataclass
 class BuiltBank:
     """A bank with the models behind it and how they were obtained."""
@@ -47,11 +62,11 @@ class BuiltBank:
     dataset: Dataset  # as the target trained on it (with the canaries' labels) and the bank
     models: list[TrainedModel]
     queries: list[str]
+    info: BuildInfo  # the device, the seconds, the notes
     trained: int = 0
     reused: int = 0
     forgetting: list[TrainedModel] = field(default_factory=list)
     forgetting_bank: SignalBank | None = None  # the target + its forgetting copies
-    info: dict[str, Any] = field(default_factory=dict)
     texts: np.ndarray | None = None  # a text dataset's texts (the bank records their sizes)
     original: Dataset | None = None  # the dataset as loaded, when canaries relabelled it
     tokenizer: Any = None  # a text dataset's tokenizer (None: MiniLM's WordPiece, or no text)
@@ -114,18 +129,17 @@ def build_bank(cfg: RunConfig, progress: bool = True, query: bool = True) -> Bui
         trained=cache.stats.misses, reused=cache.stats.hits, forgetting=copies, texts=texts,
         original=original if original is not dataset else None, tokenizer=tokenizer,
         secrets=secrets, gradient_canaries=record,
-        info={"device": device, "train_wall_seconds": train_wall, "notes": notes,
-              "query_seconds": 0.0},
+        info=BuildInfo(device=device, train_wall_seconds=train_wall, notes=tuple(notes)),
     )
     if not query:
         return built
     if secrets:
-        built.info["canary_secrets"] = secret_exposures(
-            cfg, secrets, tokenizer, models[design.target].module, device)
+        built.info = dataclasses.replace(built.info, canary_secrets=secret_exposures(
+            cfg, secrets, tokenizer, models[design.target].module, device))
     start = time.perf_counter()
     built.bank, built.forgetting_bank = query_bank(cfg, dataset, design, models, copies,
                                                    queries, device, progress, texts=texts)
-    built.info["query_seconds"] = time.perf_counter() - start
+    built.info = dataclasses.replace(built.info, query_seconds=time.perf_counter() - start)
     return built
 
 
@@ -156,7 +170,7 @@ def base_model(cfg: RunConfig) -> str | None:
     return str(found) if found else None
 
 
-def check_lm_recipes(cfg: RunConfig, kind: str) -> None:
+def check_lm_recipes(cfg: RunConfig, kind: DataKind) -> None:
     """A causal-LM recipe (gpt-small) trains on a text dataset's MiniLM WordPiece ids (its
     ``vocab_size``/``pad_id`` defaults), and the target and references are LMs together: their
     sequence bank has no logits to mix with a classifier's."""

@@ -188,11 +188,11 @@ class RunSource:
             audit = audit.with_canary_kind(cfg.canaries.kind)
             write_text(out / "canaries.csv",
                        canaries_csv(built.design, built.dataset, built.original or built.dataset,
-                                    built.info.get("canary_secrets")))
+                                    built.info.canary_secrets))
             written.files.append("canaries.csv")
-            if built.info.get("canary_secrets"):
+            if built.info.canary_secrets:
                 result.meta["canary_exposure"] = exposure_summary(
-                    built.info["canary_secrets"], built.design.canary_included())
+                    built.info.canary_secrets, built.design.canary_included())
         record = built.gradient_canaries
         if record is not None:  # white-box families of their own, beside the black-box ones
             audit = dataclasses.replace(audit, white_box=white_box_audit(
@@ -220,13 +220,13 @@ class RunSource:
         after: dict[str, Any] = {}
         if self.checkpoints is not None:
             after["checkpoints"] = self.checkpoints
-        notes = [*built.design.notes, *built.info.get("notes", [])]
+        notes = [*built.design.notes, *built.info.notes]
         if notes:  # e.g. references trained on fewer rows than the target, texts cut
             after["warnings"] = [*(result.meta.get("warnings") or []), *notes]
         return RunMeta(
             command="run", run=cfg.name, seed=cfg.seed, dataset=DatasetFacts.of(built.dataset),
             queries=", ".join(built.queries), audit_samples=int(built.bank.audit.sum()),
-            trained=built.trained, from_cache=built.reused, device=built.info["device"],
+            trained=built.trained, from_cache=built.reused, device=built.info.device,
             seconds=round(seconds, 1), config=cfg.to_dict(),
             facts={
                 "recipes": resolve_recipes(cfg).describe(),
@@ -234,7 +234,7 @@ class RunSource:
                 "design": cfg.design,
                 "n_models": built.design.n_models,
                 "forgetting_models": len(built.forgetting),
-                "train_wall_seconds": round(built.info["train_wall_seconds"], 1),
+                "train_wall_seconds": round(built.info.train_wall_seconds, 1),
                 # what training them took originally (cached models keep their recorded
                 # seconds)
                 "train_seconds_original": round(

@@ -1,16 +1,15 @@
 """The split check in a report (docs/algorithms.md §20): whether the members can be told from
-the non-members without the model, in one sentence. Reads ``result.meta["checks"]["split"]``
-(:func:`miaudit.verdict.split_check.split_check`) and the model-free attacks' metrics;
-computes nothing."""
+the non-members without the model, in one sentence. Reads the split check's record
+(:func:`miaudit.verdict.strength.split_of`: :func:`miaudit.verdict.split_check.split_check`'s)
+and the model-free attacks' metrics; computes nothing."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from miaudit.formatting import fmt_auc, p_words
 from miaudit.records.outcomes import AuditResult
 from miaudit.verdict.split_check import SHIFT_P_VALUE, auc_p_value, is_model_free
-from miaudit.verdict.strength import checks_of, confidence_of
+from miaudit.verdict.split_record import SplitCheck, SplitSkipped
+from miaudit.verdict.strength import confidence_of, split_of
 
 
 def _p(p: float | None) -> str:
@@ -21,11 +20,11 @@ def _p(p: float | None) -> str:
     return "p " + p_words(p)
 
 
-def _halves(split: dict[str, Any]) -> str:
+def _halves(split: SplitCheck) -> str:
     parts = []
-    for h in split.get("halves") or []:
-        ci = h.get("auc_ci")
-        parts.append(fmt_auc(h["auc"]) + (f" [{fmt_auc(ci[0])}, {fmt_auc(ci[1])}]" if ci else ""))
+    for h in split.halves:
+        ci = h.auc_ci
+        parts.append(fmt_auc(h.auc) + (f" [{fmt_auc(ci[0])}, {fmt_auc(ci[1])}]" if ci else ""))
     return " and ".join(parts)
 
 
@@ -35,21 +34,21 @@ def split_line(result: AuditResult, short: bool = False) -> str | None:
     ...).' or its shifted form, then each model-free attack's; None when the run has no split
     check and no model-free attack. ``short``: without the halves and the classifier (the
     terminal's form)."""
-    split = checks_of(result).get("split")
+    split = split_of(result)
     words = []
-    if split and "skipped" in split:
-        words.append(f"Split check: not run ({split['skipped']}).")
-    elif split:
-        auc = split["metrics"]["auc"]
-        how = (f"a {split['classifier']} classifier on {split['features']}, cross-fitted on "
-               f"two halves of {split['rows']:,} audit rows"
-               + (f" (a seeded subsample of {split['subsampled_from']:,})"
-                  if split.get("subsampled_from") else "")
+    if isinstance(split, SplitSkipped):
+        words.append(f"Split check: not run ({split.skipped}).")
+    elif split is not None:
+        auc = split.auc
+        how = (f"a {split.classifier} classifier on {split.features}, cross-fitted on "
+               f"two halves of {split.rows:,} audit rows"
+               + (f" (a seeded subsample of {split.subsampled_from:,})"
+                  if split.subsampled_from else "")
                + ", never reading the model")
-        figures = (f"AUC {fmt_auc(auc)}; {_p(split['p_value'])}" if short else
+        figures = (f"AUC {fmt_auc(auc)}; {_p(split.p_value)}" if short else
                    f"AUC {fmt_auc(auc)}; held-out halves {_halves(split)}; "
-                   f"{_p(split['p_value'])}")
-        if split["shifted"]:
+                   f"{_p(split.p_value)}")
+        if split.shifted:
             words.append(
                 f"Split check: members and non-members can be told apart without the model "
                 f"({figures}" + ("" if short else f"; {how}") + "): the split is not random, "
@@ -58,7 +57,7 @@ def split_line(result: AuditResult, short: bool = False) -> str | None:
             words.append(
                 f"Split check: members and non-members look exchangeable without the model "
                 f"({figures}" + ("" if short else f"; {how}; shifted would need p < "
-                                                  f"{split['shift_p_value']:g}") + ").")
+                                                  f"{split.shift_p_value:g}") + ").")
     confidence = confidence_of(result) or 0.95
     for o in result.outcomes:
         if is_model_free(o) and o.metrics.auc is not None:

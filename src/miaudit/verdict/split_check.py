@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 from typing import Any
 
@@ -40,6 +40,15 @@ import numpy as np
 
 from miaudit import metrics
 from miaudit.config.sections import MetricsConfig
+from miaudit.records.outcomes import AttackMetrics
+from miaudit.verdict.split_record import (
+    ModelFreeEvidence,
+    SplitCheck,
+    SplitHalf,
+    SplitRecord,
+    SplitSkipped,
+    split_record,
+)
 
 SHIFT_P_VALUE = 0.001  # one-sided: what counts as "clearly above chance"
 FOLDS = 2  # halves: each one's test is valid alone (see the module docstring)
@@ -164,20 +173,21 @@ def split_check(members: np.ndarray, *, features: np.ndarray | None = None,
                 labels: np.ndarray | None = None,
                 texts: Sequence[str] | np.ndarray | None = None,
                 metric_cfg: MetricsConfig | None = None, seed: int = 0,
-                max_rows: int = MAX_ROWS) -> dict[str, Any]:
+                max_rows: int = MAX_ROWS) -> SplitRecord:
     """The split check of one audit: ``members`` bool [n] over the audit rows, with the rows'
     ``features`` (numeric, any shape [n, ...]) or ``texts`` (then features are ignored), and
-    their ``labels``. Returns a JSON-ready record: ``metrics`` (:func:`miaudit.metrics.evaluate`
-    of the out-of-fold scores), ``p_value`` (one-sided, AUC > 0.5), ``shifted``, and what it
-    rests on; ``{"skipped": why}`` when it cannot run."""
+    their ``labels``. Returns a :class:`~miaudit.verdict.split_record.SplitCheck`: ``metrics``
+    (:func:`miaudit.metrics.evaluate` of the out-of-fold scores), ``p_value`` (one-sided,
+    AUC > 0.5), ``shifted``, and what it rests on; a
+    :class:`~miaudit.verdict.split_record.SplitSkipped` saying why when it cannot run."""
     metric_cfg = metric_cfg or MetricsConfig()
     members = np.asarray(members, dtype=bool)
     n1, n0 = int(members.sum()), int((~members).sum())
     if min(n1, n0) < MIN_EACH:
-        return {"skipped": f"needs at least {MIN_EACH} members and {MIN_EACH} non-members "
-                           f"(has {n1:,} and {n0:,})"}
+        return SplitSkipped(f"needs at least {MIN_EACH} members and {MIN_EACH} non-members "
+                            f"(has {n1:,} and {n0:,})")
     if texts is None and features is None:
-        return {"skipped": "the audit rows' features are not available (a bare bank)"}
+        return SplitSkipped("the audit rows' features are not available (a bare bank)")
     from threadpoolctl import threadpool_limits
 
     _load_libraries()  # threadpool_limits reaches only the thread pools already loaded
@@ -204,7 +214,7 @@ def _load_libraries() -> None:
 
 def _split_check(members: np.ndarray, features: np.ndarray | None, labels: np.ndarray | None,
                  texts: Sequence[str] | np.ndarray | None, metric_cfg: MetricsConfig, seed: int,
-                 max_rows: int, start: float) -> dict[str, Any]:
+                 max_rows: int, start: float) -> SplitCheck:
     rows = _subsample(members, seed, max_rows)
     m = members[rows]
     y = None if labels is None else np.asarray(labels)[rows].astype(np.int64)
@@ -235,41 +245,42 @@ def _split_check(members: np.ndarray, features: np.ndarray | None, labels: np.nd
     for rows_k in halves:
         half = metrics.evaluate(scores[rows_k], m[rows_k], fprs=metric_cfg.fprs, n_bootstrap=1,
                                 confidence=metric_cfg.confidence, seed=seed, recalls=())
-        held_out.append({"auc": half["auc"], "auc_ci": half["auc_ci"],
-                         "n_members": half["n_members"], "n_nonmembers": half["n_nonmembers"],
-                         "p_value": auc_p_value(half["auc"], half["auc_ci"],
-                                                metric_cfg.confidence)})
-    p = min(1.0, len(held_out) * min(h["p_value"] for h in held_out))
-    return {
-        "classifier": classifier, "features": what, "folds": FOLDS,
-        "rows": int(rows.size), "subsampled_from": int(members.size) if rows.size < members.size
-        else None, "metrics": met, "halves": held_out, "confidence": metric_cfg.confidence,
-        "p_value": p, "shift_p_value": SHIFT_P_VALUE, "shifted": bool(p < SHIFT_P_VALUE),
-        "seconds": round(time.perf_counter() - start, 2),
-    }
+        held_out.append(SplitHalf.from_dict({
+            **half, "p_value": auc_p_value(half["auc"], half["auc_ci"], metric_cfg.confidence)}))
+    # a half without a test (no DeLong interval; not seen, each half holds both classes)
+    # counts as p = 1: no evidence of a shift
+    p = min(1.0, len(held_out) * min(1.0 if h.p_value is None else h.p_value
+                                     for h in held_out))
+    return SplitCheck(
+        classifier=classifier, features=what, folds=FOLDS, rows=int(rows.size),
+        subsampled_from=int(members.size) if rows.size < members.size else None,
+        metrics=AttackMetrics.from_dict(met), halves=tuple(held_out),
+        confidence=metric_cfg.confidence, p_value=p, shift_p_value=SHIFT_P_VALUE,
+        shifted=bool(p < SHIFT_P_VALUE), seconds=round(time.perf_counter() - start, 2),
+    )
 
 
-def model_free_evidence(split: dict[str, Any] | None, outcomes: Sequence[Any],
-                        confidence: float) -> list[dict[str, Any]]:
+def model_free_evidence(split: SplitRecord | Mapping[str, Any] | None,
+                        outcomes: Sequence[Any], confidence: float) -> list[ModelFreeEvidence]:
     """Every model-free measurement of the split, strongest AUC first: the split check
-    (``split``, its record) and each model-free attack among ``outcomes`` (one that read no
-    model, ``cost.models == 0``: the ``blind`` baseline), as ``{"source", "auc",
-    "p_value", "shifted", "tpr_at_fpr"}``. ``confidence``: of the attacks' AUC intervals."""
+    (``split``, its record, or its dict as summary.json holds it) and each model-free attack
+    among ``outcomes`` (one that read no model, ``cost.models == 0``: the ``blind``
+    baseline). ``confidence``: of the attacks' AUC intervals."""
     found = []
-    if split and "metrics" in split:
-        met = split["metrics"]
-        found.append({"source": "the split check", "auc": met["auc"],
-                      "p_value": split["p_value"], "shifted": bool(split["shifted"]),
-                      "tpr_at_fpr": met["tpr_at_fpr"]})
+    check = split_record(split)
+    if isinstance(check, SplitCheck):
+        found.append(ModelFreeEvidence(source="the split check", auc=check.auc,
+                                       p_value=check.p_value, shifted=check.shifted,
+                                       tpr=check.metrics.tpr))
     for o in outcomes:
         if not is_model_free(o):
             continue
         met = o.metrics  # an AttackMetrics (miaudit.records.outcomes)
         p = auc_p_value(met.auc, met.auc_ci, confidence)
-        found.append({"source": f"the model-free attack {o.name}", "auc": met.auc,
-                      "p_value": p, "shifted": bool(p is not None and p < SHIFT_P_VALUE),
-                      "tpr_at_fpr": {repr(t.fpr): t.tpr for t in met.tpr}})
-    return sorted(found, key=lambda e: -(e["auc"] or 0.0))
+        found.append(ModelFreeEvidence(source=f"the model-free attack {o.name}", auc=met.auc,
+                                       p_value=p, shifted=p is not None and p < SHIFT_P_VALUE,
+                                       tpr=met.tpr))
+    return sorted(found, key=lambda e: -(e.auc or 0.0))
 
 
 def is_model_free(outcome: Any) -> bool:
@@ -278,9 +289,9 @@ def is_model_free(outcome: Any) -> bool:
     return bool(outcome.cost.models == 0)
 
 
-def split_shifted(split: dict[str, Any] | None, outcomes: Sequence[Any],
+def split_shifted(split: SplitRecord | Mapping[str, Any] | None, outcomes: Sequence[Any],
                   confidence: float) -> bool | None:
     """True when some model-free measurement is clearly above chance; None when there is
     none (no split check, no model-free attack), else False."""
     found = model_free_evidence(split, outcomes, confidence)
-    return any(e["shifted"] for e in found) if found else None
+    return any(e.shifted for e in found) if found else None

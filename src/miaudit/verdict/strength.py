@@ -34,6 +34,7 @@ from miaudit.records.outcomes import AttackOutcome, AuditResult, rate_key
 from miaudit.verdict.records import Assessment, Figure, Reason, ShiftComparison
 from miaudit.verdict.significance import Correction
 from miaudit.verdict.split_check import is_model_free, model_free_evidence
+from miaudit.verdict.split_record import SplitRecord, split_record
 
 MIN_EXPECTED_FP = 10
 INCONCLUSIVE = "inconclusive"
@@ -48,10 +49,16 @@ def confidence_of(result: AuditResult) -> float | None:
 
 
 def checks_of(result: AuditResult) -> dict[str, Any]:
-    """``meta["checks"]``: ``split`` (the split check's record), ``target_fit``,
+    """``meta["checks"]``: ``split`` (the split check's record: :func:`split_of`), ``target_fit``,
     ``input_mismatch`` (each absent or None when not checked)."""
     checks = (result.meta or {}).get("checks")
     return checks if isinstance(checks, dict) else {}
+
+
+def split_of(result: AuditResult) -> SplitRecord | None:
+    """The split check's record (``meta["checks"]["split"]``, typed whichever form meta holds
+    it in: :func:`miaudit.verdict.split_record.split_record`); None when it did not run."""
+    return split_record(checks_of(result).get("split"))
 
 
 def model_based(result: AuditResult) -> list[AttackOutcome]:
@@ -193,18 +200,18 @@ def shift_comparison(result: AuditResult, best: AttackOutcome, main: Figure,
     attack's TPR interval there lies above the model-free TPR and its AUC above the
     model-free AUC (then its exposure is more than the split's). None otherwise."""
     level = confidence if confidence is not None else confidence_of(result) or 0.95
-    found = [e for e in model_free_evidence(checks_of(result).get("split"), result.outcomes,
-                                            level) if e["shifted"]]
+    found = [e for e in model_free_evidence(split_of(result), result.outcomes, level)
+             if e.shifted]
     if not found:
         return None
     base = found[0]
-    base_tpr = float(base["tpr_at_fpr"].get(rate_key(main.fpr), float("nan")))
+    assert base.p_value is not None  # shifted: its test found it
+    base_tpr = base.tpr_at(main.fpr)
     ci = main.tpr_ci
     above = (ci[0] if ci else main.tpr) > base_tpr  # False when base_tpr is NaN
     auc = best.metrics.auc
-    exceeds = bool(above and auc is not None and base["auc"] is not None
-                   and auc > base["auc"])
-    return ShiftComparison(source=base["source"], auc=base["auc"], p_value=base["p_value"],
+    exceeds = bool(above and auc is not None and base.auc is not None and auc > base.auc)
+    return ShiftComparison(source=base.source, auc=base.auc, p_value=base.p_value,
                            tpr=base_tpr, fpr=main.fpr, attack=best.name, attack_auc=auc,
                            attack_tpr=main.tpr, exceeds=exceeds)
 

@@ -177,7 +177,7 @@ def work(cell: Cell) -> list[dict[str, Any]]:
         "noise_multiplier": (target.privacy or {}).get("noise_multiplier"),
         "target_train_s": float(target.train_seconds),
         "models_trained": built.trained, "models_from_cache": built.reused,
-        "train_wall_s": built.info["train_wall_seconds"], "query_s": built.info["query_seconds"],
+        "train_wall_s": built.info.train_wall_seconds, "query_s": built.info.query_seconds,
         "cell_wall_s": time.perf_counter() - start,
     }
     rows = []

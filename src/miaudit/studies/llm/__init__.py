@@ -116,7 +116,7 @@ def _epochs_rows(cfg: Any, built: Any, epochs: int, base: Any) -> tuple[list[dic
 
     start = time.perf_counter()
     models = _models_at(built, epochs)
-    device = built.info["device"]
+    device = built.info.device
     querying = cfg if base is None else cfg.replace(
         attacks=[a for a in cfg.attacks if not get_attack(a).needs.base_model])
     bank, _ = query_bank(querying, built.dataset, built.design, models, [], built.queries,
@@ -179,7 +179,7 @@ def work(cell: Cell) -> list[dict[str, Any]]:
         rows += found
     per_cell = {"n_references": int(params["references"]), "models_trained": built.trained,
                 "models_from_cache": built.reused,
-                "train_wall_s": built.info["train_wall_seconds"],
+                "train_wall_s": built.info.train_wall_seconds,
                 "cell_wall_s": time.perf_counter() - start}
     return [{**row, **per_cell} for row in rows]
 

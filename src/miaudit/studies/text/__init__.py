@@ -170,7 +170,7 @@ def work(cell: Cell) -> list[dict[str, Any]]:
         params=cfg.attack_params, metrics=cfg.metrics, seed=cfg.seed,
         train_seconds=train_seconds, thresholds=False, progress=False))
     fit = _fit_columns(model_accuracies(built.bank))
-    notes = "; ".join(built.info["notes"])
+    notes = "; ".join(built.info.notes)
     rows = []
     for o in result.outcomes:
         m, cost = o.metrics, o.cost
@@ -185,8 +185,8 @@ def work(cell: Cell) -> list[dict[str, Any]]:
             "cost_models": cost.models, "cost_train_s": cost.train_seconds,
             "cost_score_s": cost.score_seconds,
             "models_trained": built.trained, "models_from_cache": built.reused,
-            "train_wall_s": built.info["train_wall_seconds"],
-            "query_s": built.info["query_seconds"], "cell_build_s": build_seconds,
+            "train_wall_s": built.info.train_wall_seconds,
+            "query_s": built.info.query_seconds, "cell_build_s": build_seconds,
         })
     return rows
 
