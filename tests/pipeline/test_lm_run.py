@@ -108,15 +108,20 @@ def test_the_assembly_queries_causal_lms_into_sequence_arrays():
 
 
 def test_a_causal_lm_recipe_needs_texts_and_lm_references():
+    from miaudit.config.recipes import resolve_recipes
     from miaudit.pipeline.querying import check_lm_recipes
+
+    def check(data, kind):
+        cfg = config_from_dict(data)
+        check_lm_recipes(cfg, resolve_recipes(cfg), kind)
 
     lm = {"name": "x", "dataset": {"name": "digits"}, "recipe": {"architecture": "gpt-small"}}
     with pytest.raises(ConfigError, match="trains on texts"):
-        check_lm_recipes(config_from_dict(lm), "tabular")
+        check(lm, "tabular")
     mixed = {**lm, "reference_recipe": {"architecture": "text-cnn"}}
     with pytest.raises(ConfigError, match="both be causal LMs"):
-        check_lm_recipes(config_from_dict(mixed), "text")
-    check_lm_recipes(config_from_dict(lm), "text")
+        check(mixed, "text")
+    check(lm, "text")
 
 
 def test_a_bpe_tokenizer_is_trained_on_the_public_pool_only(tmp_path, docstring_texts,

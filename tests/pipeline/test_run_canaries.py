@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from miaudit.config import config_from_dict
+from miaudit.config.recipes import resolve_recipes
 from miaudit.errors import ConfigError
 from miaudit.pipeline import run
 from miaudit.pipeline.canaries import canary_delta, check_canaries
@@ -290,8 +291,9 @@ def test_a_dataset_without_room_for_the_canaries_is_refused(tmp_path):
 def test_a_dp_recipe_sets_the_canaries_delta(tmp_path):
     dp = {"architecture": "mlp", "epochs": 1, "dp": {"epsilon": 4.0, "delta": 1e-4}}
     cfg = _config(tmp_path, "dp", recipe=dp, canaries={"count": 100})
-    assert canary_delta(cfg) == 1e-4
+    assert canary_delta(cfg, resolve_recipes(cfg)) == 1e-4
     check_canaries(cfg)
     own = _config(tmp_path, "own", recipe=dp, canaries={"count": 100, "delta": 0.0})
-    assert canary_delta(own) == 0.0
-    assert canary_delta(_config(tmp_path, "plain", canaries={"count": 100})) == 1e-5
+    assert canary_delta(own, resolve_recipes(own)) == 0.0
+    plain = _config(tmp_path, "plain", canaries={"count": 100})
+    assert canary_delta(plain, resolve_recipes(plain)) == 1e-5

@@ -2,8 +2,8 @@
 it shares with the audit's config (:mod:`miaudit.config.sections`). Everything public of both
 is importable from ``miaudit.config``."""
 
+from miaudit.config.recipes import REFERENCE_KEYWORDS, Recipes, recipe_fields, resolve_recipes
 from miaudit.config.run import (
-    REFERENCE_KEYWORDS,
     RUN_RENAMED,
     RunConfig,
     apply_renamed,
@@ -15,7 +15,6 @@ from miaudit.config.run import (
     dump_config,
     load_config,
     read_yaml,
-    recipe_fields,
 )
 from miaudit.config.sections import (
     AUTO,
@@ -43,11 +42,11 @@ from miaudit.config.sections import (
 
 __all__ = [
     "AUTO", "DEFAULT_ATTACKS", "GRADIENT_KIND", "REFERENCE_KEYWORDS", "RUN_RENAMED",
-    "WHITE_BOX_THREAT_MODELS", "CanariesConfig",
-    "CheckpointsConfig", "ComputeConfig", "DatasetConfig", "ForgettingConfig", "MetricsConfig",
-    "RunConfig", "SignalsConfig", "SplitConfig", "apply_renamed", "build_config", "check_alpha",
+    "WHITE_BOX_THREAT_MODELS", "CanariesConfig", "CheckpointsConfig", "ComputeConfig",
+    "DatasetConfig", "ForgettingConfig", "MetricsConfig", "Recipes", "RunConfig",
+    "SignalsConfig", "SplitConfig", "apply_renamed", "build_config", "check_alpha",
     "check_attacks_fit", "check_delta", "check_run", "check_signals", "check_white_box_target",
     "compute_section", "config_from_dict", "default_queries", "dump_config", "identity_config",
     "load_config", "read_yaml", "recipe_fields", "resolve_grad_norm", "resolve_queries",
-    "split_names",
+    "resolve_recipes", "split_names",
 ]

@@ -26,6 +26,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 from typing_extensions import Self
 
 from miaudit.config.canaries import check_canaries_section
+from miaudit.config.recipes import REFERENCE_KEYWORDS, Recipes, recipe_fields, resolve_recipes
 from miaudit.config.section_checks import check_forgetting
 from miaudit.config.sections import (
     DEFAULT_ATTACKS,
@@ -50,8 +51,6 @@ if TYPE_CHECKING:  # miaudit.data loads its loaders: the config checks stay ligh
 # Keys renamed in this release: old dotted key -> new one. The old spelling still works for one
 # release and warns that it is now the new one; giving both is an error.
 RUN_RENAMED: dict[str, str] = {"dataset.data_dir": "data_dir"}
-# reference_recipe values with a fixed meaning; they cannot name an entry of `recipes`.
-REFERENCE_KEYWORDS = ("target", "plain")
 # Recipe fields, or the name of one in `recipes`
 RecipeValue = Typed[dict[str, Any] | str]
 OptRecipeValue = Typed[dict[str, Any] | str | None]
@@ -291,42 +290,31 @@ def _check_attacks(cfg: RunConfig) -> None:
     check_attack_params(cfg.attack_params, selected=cfg.attacks)
 
 
-def check_attacks_fit(cfg: RunConfig, kind: DataKind | None = None) -> None:
+def check_attacks_fit(cfg: RunConfig, kind: DataKind | None = None,
+                      recipes: Recipes | None = None) -> None:
     """Every attack in ``attacks`` can run on the bank this run will build: ConfigError
     naming each one that cannot, what the bank will lack and how to give it, before any model
     trains (a run scores every attack it lists: one it cannot support is an error, not
-    skipped). ``kind``: the dataset's kind once loaded (:func:`run_bank_plan`)."""
+    skipped). ``kind``: the dataset's kind once loaded (:func:`run_bank_plan`); ``recipes``:
+    :func:`resolve_recipes`, when the caller has them."""
     from miaudit.attacks.fit import check_fit
 
-    check_fit(cfg.attacks, run_bank_plan(cfg, kind, planned_recipes(cfg)))
+    check_fit(cfg.attacks, run_bank_plan(cfg, kind, recipes))
 
 
 def run_bank_plan(cfg: RunConfig, kind: DataKind | None = None,
-                  recipes: tuple[Any, Any] | None = None) -> Any:
+                  recipes: Recipes | None = None) -> Any:
     """The bank this run will build, planned from the config
     (:class:`~miaudit.attacks.fit.BankPlan`, :func:`miaudit.config.plan.run_plan`).
     ``kind``: the dataset's kind once loaded; without it, the registry's or the user file's
     (a ``.npz`` is images or a table: what only its kind decides is left unplanned).
-    ``recipes``: :func:`planned_recipes`, when the caller has them."""
+    ``recipes``: :func:`resolve_recipes`, when the caller has them."""
     from miaudit.config.plan import run_plan
 
-    target, reference = recipes or planned_recipes(cfg)
-    return run_plan(cfg, target, reference, recipe_fields(cfg)[0].get("augment"), kind)
-
-
-def planned_recipes(cfg: RunConfig) -> tuple[Any, Any]:
-    """The target's and the reference models' :class:`~miaudit.train.recipe.Recipe`, as the
-    pipeline resolves them (miaudit.pipeline.models.resolve_recipes)."""
-    from miaudit.train.recipe import Recipe
-
-    target_fields, ref = recipe_fields(cfg)
-    target = Recipe.from_dict(target_fields,
-                              f"recipes.{cfg.recipe}" if isinstance(cfg.recipe, str) else "recipe")
-    if isinstance(ref, str):  # "target" or "plain" (recipe_fields resolved a name)
-        return target, target if ref == "target" else target.plain()
-    named = isinstance(cfg.reference_recipe, str)
-    return target, Recipe.from_dict(
-        ref, f"recipes.{cfg.reference_recipe}" if named else "reference_recipe")
+    if recipes is None:
+        recipes = resolve_recipes(cfg)
+    return run_plan(cfg, recipes.target, recipes.reference,
+                    recipe_fields(cfg)[0].get("augment"), kind)
 
 
 def check_white_box_target(cfg: RunConfig) -> None:
@@ -383,16 +371,6 @@ def _check_recipes(cfg: RunConfig) -> None:
     for where in ("recipe", "reference_recipe"):
         if isinstance(getattr(cfg, where), dict):
             Recipe.from_dict(getattr(cfg, where), where)
-
-
-def recipe_fields(cfg: RunConfig) -> tuple[dict[str, Any], str | dict[str, Any]]:
-    """The target's recipe fields, and the reference recipe as ``"target"``, ``"plain"`` or
-    its fields (a name in ``recipes`` resolved)."""
-    target = cfg.recipes[cfg.recipe] if isinstance(cfg.recipe, str) else cfg.recipe
-    ref = "target" if cfg.reference_recipe is None else cfg.reference_recipe
-    if isinstance(ref, str) and ref not in REFERENCE_KEYWORDS:
-        ref = cfg.recipes[ref]
-    return dict(target), ref if isinstance(ref, str) else dict(ref)
 
 
 def config_from_dict(data: dict[str, Any] | None) -> RunConfig:

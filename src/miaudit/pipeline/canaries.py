@@ -20,29 +20,30 @@ import numpy as np
 
 from miaudit.config import RunConfig, check_white_box_target
 from miaudit.config.canaries import check_canaries_section
+from miaudit.config.recipes import Recipes, resolve_recipes
 from miaudit.data import Dataset
 from miaudit.errors import ConfigError
-from miaudit.pipeline.models import resolve_recipes
 from miaudit.privacy import one_run_epsilon_from_counts
 from miaudit.privacy.canaries import canary_kind, canary_labels, resolve_guesses
 from miaudit.privacy.secrets import CanarySecret, draw_canary_texts
 from miaudit.protocol import Design
 
 
-def canary_delta(cfg: RunConfig) -> float:
+def canary_delta(cfg: RunConfig, recipes: Recipes) -> float:
     """δ of the one-run bound: ``canaries.delta``, else the target recipe's DP-SGD δ, else
     ``metrics.epsilon_delta`` (what :class:`~miaudit.privacy.attack_bounds.EpsilonPlan` uses once
     the target's privacy record exists; the recipe's δ is the record's)."""
     if cfg.canaries.delta is not None:
         return float(cfg.canaries.delta)
-    dp = resolve_recipes(cfg).target.dp
+    dp = recipes.target.dp
     return float(dp["delta"]) if dp else float(cfg.metrics.epsilon_delta)
 
 
-def check_canaries(cfg: RunConfig) -> None:
+def check_canaries(cfg: RunConfig, recipes: Recipes | None = None) -> None:
     """Before any work: can these canaries and guesses certify ε > 0 at all, even with every
     guess right? If not, :mod:`miaudit.privacy`'s ConfigError says how many guesses or canaries
-    it would take (``min_guesses``, ``min_canaries``)."""
+    it would take (``min_guesses``, ``min_canaries``). ``recipes``: the run's, resolved by its
+    plan (a study checking a config alone leaves them out: resolved here, when needed)."""
     # a RunConfig built in Python skipped the config's checks: the section's and the
     # recipe's (gradient canaries need dp) again, before any work
     cfg.canaries = check_canaries_section(cfg.canaries, cfg.design)
@@ -52,7 +53,9 @@ def check_canaries(cfg: RunConfig) -> None:
         return
     from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
 
-    causal = resolve_recipes(cfg).target.architecture in CAUSAL_LM_ARCHITECTURES
+    if recipes is None:
+        recipes = resolve_recipes(cfg)
+    causal = recipes.target.architecture in CAUSAL_LM_ARCHITECTURES
     if cfg.canaries.kind == "mislabelled" and causal:
         raise ConfigError("a causal LM trains on texts, not labels: mislabelled canaries "
                           "are the same texts; use canaries.kind: secret (or natural).")
@@ -61,7 +64,7 @@ def check_canaries(cfg: RunConfig) -> None:
                           "architecture gpt-small or hf-causal-lm on a text dataset); a "
                           "classifier's canaries are kind mislabelled or natural.")
     pairs = resolve_guesses(cfg.canaries.guesses, m)
-    delta, alpha = canary_delta(cfg), cfg.canaries.alpha / len(pairs)
+    delta, alpha = canary_delta(cfg, recipes), cfg.canaries.alpha / len(pairs)
     for k_plus, k_minus in pairs:
         try:  # all r guesses right: the most any attack could show
             one_run_epsilon_from_counts(m, k_plus + k_minus, k_plus + k_minus, delta, alpha)

@@ -1,63 +1,29 @@
-"""The models of an audit: recipes resolved from the config, the design's models trained or
-loaded (with their checkpoints), and the calibration-via-forgetting copies of the target."""
+"""The models of an audit: the design's models trained or loaded (with their checkpoints)
+from the run's recipes (resolved once, by its plan: :func:`miaudit.config.run.resolve_recipes`),
+and the calibration-via-forgetting copies of the target."""
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from miaudit.config import RunConfig, compute_section, recipe_fields
+from miaudit.config import RunConfig, compute_section
+from miaudit.config.recipes import Recipes as Recipes  # the run's recipes: resolved by its plan
+from miaudit.config.recipes import resolve_recipes as resolve_recipes
 from miaudit.data import Dataset
 from miaudit.data.dataset import require_labels
 from miaudit.errors import ConfigError
 from miaudit.protocol import Design
-from miaudit.train import CheckpointSpec, ModelCache, Recipe, TrainedModel, key_for
+from miaudit.train import CheckpointSpec, ModelCache, TrainedModel, key_for
 from miaudit.train.cluster import Compute
 from miaudit.train.forgetting import forget
 from miaudit.train.gradient_canaries import GradientCanaries, GradientCanaryRecord
 from miaudit.train.model_cache import forgetting_key
 
 
-@dataclass(frozen=True)
-class Recipes:
-    """The target's recipe and the reference models' (the attacker's knowledge)."""
-
-    target: Recipe
-    reference: Recipe
-    reference_source: str  # "target", "plain", a name in `recipes`, or "mapping"
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-ready record for the run summary: both recipes spelled out, with keys."""
-        return {
-            "target": self.target.to_dict(),
-            "target_key": self.target.key(),
-            "reference": self.reference.to_dict(),
-            "reference_key": self.reference.key(),
-            "reference_source": self.reference_source,
-        }
-
-
-def resolve_recipes(cfg: RunConfig) -> Recipes:
-    """``recipe`` / ``reference_recipe`` of the config as Recipes (fields checked here:
-    ConfigError naming a bad field)."""
-    target_fields, ref = recipe_fields(cfg)
-    # a bad field is named by its place in the config: recipe.lr, recipes.strong.epochs, ...
-    where = f"recipes.{cfg.recipe}" if isinstance(cfg.recipe, str) else "recipe"
-    target = Recipe.from_dict(target_fields, where)
-    if isinstance(ref, str):  # "target" or "plain" (recipe_fields resolved a name)
-        reference, source = (target, "target") if ref == "target" else (target.plain(), "plain")
-    else:
-        named = isinstance(cfg.reference_recipe, str)
-        where = f"recipes.{cfg.reference_recipe}" if named else "reference_recipe"
-        reference = Recipe.from_dict(ref, where)
-        source = str(cfg.reference_recipe) if named else "mapping"
-    return Recipes(target, reference, source)
-
-
-def check_labels(cfg: RunConfig, dataset: Dataset) -> None:
+def check_labels(recipes: Recipes, dataset: Dataset) -> None:
     """Texts without labels (:attr:`miaudit.data.Dataset.labelled`) train causal LMs only: a
     DataError, the loader's own message for the missing label column, when the target's or
     the references' recipe is a classifier (text-cnn, minilm, ...)."""
@@ -65,7 +31,6 @@ def check_labels(cfg: RunConfig, dataset: Dataset) -> None:
         return
     from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
 
-    recipes = resolve_recipes(cfg)
     for where, recipe in (("recipe", recipes.target), ("reference_recipe", recipes.reference)):
         if recipe.architecture not in CAUSAL_LM_ARCHITECTURES:
             require_labels(dataset, f"{where}.architecture {recipe.architecture!r} (a "
@@ -85,8 +50,8 @@ def run_compute(cfg: RunConfig) -> Compute:
 
 
 def train_design(
-    cfg: RunConfig, dataset: Dataset, design: Design, cache: ModelCache, device: str,
-    progress: bool, target_dataset: Dataset | None = None,
+    cfg: RunConfig, recipes: Recipes, dataset: Dataset, design: Design, cache: ModelCache,
+    device: str, progress: bool, target_dataset: Dataset | None = None,
 ) -> tuple[list[TrainedModel], GradientCanaryRecord | None]:  # fmt: skip
     """Every model of the design, from the cache or trained (models sharing a recipe and a
     dataset train together, stacked where the trainer can), each with its checkpoints when the
@@ -98,8 +63,7 @@ def train_design(
     With gradient canaries (``canaries.kind: gradient``) the target trains on this machine
     with them (:meth:`ModelCache.get_or_train_with_canaries`, its own cache key) and their
     record comes back second (None otherwise); the references are as without them."""
-    check_labels(cfg, dataset)  # a classifier on texts without labels: before any training
-    recipes = resolve_recipes(cfg)
+    check_labels(recipes, dataset)  # a classifier on texts without labels: before training
     spec = checkpoint_spec(cfg)
     compute = run_compute(cfg)
     seeds = [cfg.seed * 10_000 + m for m in range(design.n_models)]

@@ -23,7 +23,7 @@ from miaudit.data import Dataset, load_dataset
 from miaudit.data.dataset import DataKind
 from miaudit.errors import ConfigError
 from miaudit.pipeline.canaries import canary_secrets, check_canaries, target_dataset
-from miaudit.pipeline.models import forgetting_models, resolve_recipes, train_design
+from miaudit.pipeline.models import Recipes, forgetting_models, resolve_recipes, train_design
 from miaudit.privacy.secrets import CanarySecret
 from miaudit.protocol import Design, make_design, make_split
 from miaudit.runtime.devices import check_precision, resolve_device
@@ -75,19 +75,23 @@ class BuiltBank:
     gradient_canaries: GradientCanaryRecord | None = None
 
 
-def build_bank(cfg: RunConfig, progress: bool = True, query: bool = True) -> BuiltBank:
+def build_bank(cfg: RunConfig, progress: bool = True, query: bool = True,
+               recipes: Recipes | None = None) -> BuiltBank:
     """Train or load every model of the design and query them into a bank (``query=False``:
-    the models only, e.g. to query checkpoints of one's choosing with :func:`query_bank`)."""
+    the models only, e.g. to query checkpoints of one's choosing with :func:`query_bank`).
+    ``recipes``: the run's, resolved by its plan (:func:`resolve_recipes`); a study that
+    builds from its config alone leaves them out: resolved here, once, for every step."""
     device = resolve_device(cfg.device)
-    planned = resolve_recipes(cfg)
-    for recipe in (planned.target, planned.reference):  # bf16 not native: before the data loads
+    if recipes is None:
+        recipes = resolve_recipes(cfg)
+    for recipe in (recipes.target, recipes.reference):  # bf16 not native: before the data loads
         check_precision(recipe.precision, device)
-    check_canaries(cfg)  # a design that can never certify ε > 0 fails before any work
+    check_canaries(cfg, recipes)  # a design that can never certify ε > 0 fails before any work
     dataset = load_dataset(cfg.dataset.name, cfg.data_dir, **cfg.dataset.options)
     notes, texts, tokenizer = [], None, None
     secrets: list[CanarySecret] = []
     canary_features = None
-    check_lm_recipes(cfg, dataset.kind)
+    check_lm_recipes(cfg, recipes, dataset.kind)
     split = make_split(
         len(dataset), cfg.split.audit, cfg.split.public, cfg.split.population, cfg.seed,
         canaries=cfg.canaries.rows,  # gradient canaries take no rows
@@ -98,7 +102,7 @@ def build_bank(cfg: RunConfig, progress: bool = True, query: bool = True) -> Bui
 
         texts = dataset.features
         tokenizer, described = run_tokenizer(cfg.dataset.tokenizer, texts[split.public],
-                                             cfg.dataset.bpe_vocab_size, base_model(cfg))
+                                             cfg.dataset.bpe_vocab_size, base_model(recipes))
         text_dataset = dataset
         dataset, cut = tokenized_dataset(dataset, cfg.dataset.max_length, tokenizer, described)
         notes += [cut] if cut else []
@@ -111,7 +115,6 @@ def build_bank(cfg: RunConfig, progress: bool = True, query: bool = True) -> Bui
                 labels=text_dataset.labels[split.canaries])
             canary_features = tokenized_dataset(secret_set, cfg.dataset.max_length, tokenizer,
                                                 described)[0].features
-        recipes = resolve_recipes(cfg)
         check_vocabulary(dataset.features, [recipes.target, recipes.reference])
     queries = resolve_queries(cfg.signals.queries, dataset.kind, cfg.attacks,
                               recipe_fields(cfg)[0].get("augment"))  # auto: the recipe's
@@ -120,7 +123,7 @@ def build_bank(cfg: RunConfig, progress: bool = True, query: bool = True) -> Bui
     cache = ModelCache(Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir())
     original, dataset = dataset, target_dataset(dataset, design, cfg, canary_features)
     start = time.perf_counter()
-    models, record = train_design(cfg, original, design, cache, device, progress,
+    models, record = train_design(cfg, recipes, original, design, cache, device, progress,
                                   target_dataset=dataset)
     copies = forgetting_models(cfg, dataset, design, models[design.target], cache, device)
     train_wall = time.perf_counter() - start
@@ -154,11 +157,10 @@ def check_query_needs(attacks: list[str], queries: list[str]) -> None:
                               " Or drop it from attacks.")
 
 
-def base_model(cfg: RunConfig) -> str | None:
+def base_model(recipes: Recipes) -> str | None:
     """The pretrained base model the run's LMs fine-tune (``hf-causal-lm``'s
     ``arch_params.base_model``; None for other recipes): the texts' tokenizer, and the
     reference of ``lm-base-reference``. Target and references must share it."""
-    recipes = resolve_recipes(cfg)
     bases = {r.arch_params.get("base_model") for r in (recipes.target, recipes.reference)}
     if len(bases) > 1:
         raise ConfigError(
@@ -170,13 +172,12 @@ def base_model(cfg: RunConfig) -> str | None:
     return str(found) if found else None
 
 
-def check_lm_recipes(cfg: RunConfig, kind: DataKind) -> None:
+def check_lm_recipes(cfg: RunConfig, recipes: Recipes, kind: DataKind) -> None:
     """A causal-LM recipe (gpt-small) trains on a text dataset's MiniLM WordPiece ids (its
     ``vocab_size``/``pad_id`` defaults), and the target and references are LMs together: their
     sequence bank has no logits to mix with a classifier's."""
     from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
 
-    recipes = resolve_recipes(cfg)
     lms = [r.architecture in CAUSAL_LM_ARCHITECTURES for r in (recipes.target, recipes.reference)]
     if any(lms) and not all(lms):
         raise ConfigError(
@@ -184,7 +185,7 @@ def check_lm_recipes(cfg: RunConfig, kind: DataKind) -> None:
             f"both classifiers; got {recipes.target.architecture!r} and "
             f"{recipes.reference.architecture!r}."
         )
-    if base_model(cfg) and cfg.dataset.tokenizer not in ("auto", "base"):
+    if base_model(recipes) and cfg.dataset.tokenizer not in ("auto", "base"):
         raise ConfigError(
             f"hf-causal-lm fine-tunes a pretrained model, which reads its own tokenizer's ids: "
             f"dataset.tokenizer {cfg.dataset.tokenizer!r} would feed it ids it never learnt. "
@@ -216,7 +217,7 @@ def query_bank(
     """Query the design's ``models`` (and forgetting ``copies``) on every sample of the split:
     the bank, and the forgetting bank (None without copies)."""
     everyone = models + copies
-    base, prefix = lm_extras(cfg, dataset, design, models[design.target].module)
+    base, prefix = lm_extras(cfg, dataset, design, models[design.target])
     signals = query_signals(
         [tm.module for tm in everyone], dataset.features, dataset.labels, design.split.rows,
         dataset.kind, signal_spec(cfg, queries), device, progress,
@@ -240,17 +241,20 @@ def query_bank(
     return bank, forgetting_bank
 
 
-def lm_extras(cfg: RunConfig, dataset: Dataset, design: Design, target: Any
+def lm_extras(cfg: RunConfig, dataset: Dataset, design: Design, trained: TrainedModel
               ) -> tuple[Any, np.ndarray | None]:  # fmt: skip
     """What a causal LM's bank needs beyond the models, when an attack to run reads it: the
     base model (``lm-base-reference``; the run's ``hf-causal-lm`` base, not trained) and
     ReCaLL's prefix, drawn from the population rows (no model trains on them). A ConfigError
     when an attack listed cannot have them (a run scores every attack it lists)."""
+    target = trained.module
     if dataset.kind != "tokens" or not getattr(target, "causal_lm", False):
         return None, None
     wanted = [get_attack(a) for a in cfg.attacks]
     base = prefix = None
-    name = base_model(cfg)
+    # the target's own recipe names the run's base (check_lm_recipes: the references share it)
+    found = trained.recipe.arch_params.get("base_model")
+    name = str(found) if found else None
     if any(a.needs.base_model for a in wanted):
         if name is None:
             raise ConfigError(

@@ -28,7 +28,7 @@ from miaudit.pipeline.canaries import (
 )
 from miaudit.pipeline.checkpoint_audit import audit_checkpoints, checkpoints_table
 from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
-from miaudit.pipeline.models import check_labels, resolve_recipes
+from miaudit.pipeline.models import Recipes, check_labels, resolve_recipes
 from miaudit.pipeline.orchestrator import (
     Obtained,
     RunPlan,
@@ -86,42 +86,41 @@ def _split_rows(built: BuiltBank) -> SplitRows:
                      labels=labels, texts=texts)
 
 
-def _check_attacks_fit(cfg: RunConfig) -> None:
+def _check_attacks_fit(cfg: RunConfig, recipes: Recipes) -> None:
     """Every attack listed can run on the bank the run will build (config.check_attacks_fit),
     before any model trains: planned from the config, and for a dataset whose kind only
     loading tells (a user's .npz: images or a table) again with the kind it loads as. And a
     classifier recipe on a user's text file, which loads unlabelled without a label column,
     is refused here, before any work (pipeline.models.check_labels)."""
-    check_attacks_fit(cfg)
+    check_attacks_fit(cfg, recipes=recipes)
     kind = dataset_kind(cfg.dataset.name, cfg.dataset.options, cfg.data_dir)
-    if kind is None or (kind == "text" and _classifier_on_a_file(cfg)):
+    if kind is None or (kind == "text" and _classifier_on_a_file(cfg, recipes)):
         from miaudit.data import load_dataset
 
         loaded = load_dataset(cfg.dataset.name, cfg.data_dir, **cfg.dataset.options)
-        check_attacks_fit(cfg, loaded.kind)
-        check_labels(cfg, loaded)
+        check_attacks_fit(cfg, loaded.kind, recipes)
+        check_labels(recipes, loaded)
 
 
-def _classifier_on_a_file(cfg: RunConfig) -> bool:
+def _classifier_on_a_file(cfg: RunConfig, recipes: Recipes) -> bool:
     """Whether a recipe of the run is a classifier and its dataset a user's file (a registry
     dataset always has labels)."""
     from miaudit.data import list_datasets
     from miaudit.models.text import CAUSAL_LM_ARCHITECTURES
 
-    recipes = resolve_recipes(cfg)
     if all(r.architecture in CAUSAL_LM_ARCHITECTURES for r in (recipes.target,
                                                                 recipes.reference)):
         return False
     return cfg.dataset.name not in {info.name for info in list_datasets(cfg.data_dir)}
 
 
-def _reference_note(cfg: RunConfig, n: int) -> str:
+def _reference_note(recipes: Recipes, n: int) -> str:
     """How the run's reference models were made, for the verdict's caveats."""
     if n == 0:
         return ("No reference models (the design has the target alone); only attacks on the "
                 "target's own outputs ran. Reference-based attacks are usually far stronger at "
                 "low FPR, so these figures likely understate the leak.")
-    source = resolve_recipes(cfg).reference_source
+    source = recipes.reference_source
     if source == "target":
         return (f"The {n} reference models were trained by this run with the target's own "
                 "recipe, on rows drawn like its own: the attacks know how the model was "
@@ -140,15 +139,17 @@ class RunSource:
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
+        self.recipes: Recipes | None = None  # resolved once, by plan(), for every step
         self.built: BuiltBank | None = None
         self.checkpoints: list[dict[str, Any]] | None = None
 
     def plan(self) -> RunPlan:
         cfg = self.cfg
         check_attacks(cfg.attacks, cfg.attack_params)
-        resolve_recipes(cfg)  # a bad recipe field fails before the dataset loads
-        _check_attacks_fit(cfg)  # an attack the bank could not support fails before training
-        check_canaries(cfg)  # so do canaries that could never certify ε > 0
+        # a bad recipe field fails before the dataset loads
+        recipes = self.recipes = resolve_recipes(cfg)
+        _check_attacks_fit(cfg, recipes)  # an attack the bank could not support: before training
+        check_canaries(cfg, recipes)  # so do canaries that could never certify ε > 0
         cfg.compute = compute_section(cfg.compute)  # and a bad compute section
         return RunPlan(command="run", name=cfg.name, output=cfg.output,
                        config_file="config.yaml", config_text=dump_config(cfg),
@@ -157,8 +158,9 @@ class RunSource:
                        seed=cfg.seed, metrics=cfg.metrics)
 
     def obtain(self, progress: bool) -> Obtained:
-        cfg = self.cfg
-        built = self.built = build_bank(cfg, progress)
+        cfg, recipes = self.cfg, self.recipes
+        assert recipes is not None  # plan ran
+        built = self.built = build_bank(cfg, progress, recipes=recipes)
         bank = built.bank
         assert bank is not None and bank.audit is not None  # query=True: a bank
         target = built.models[built.design.target]
@@ -173,7 +175,7 @@ class RunSource:
             rows=built.design.split.rows[np.flatnonzero(bank.audit)],
             trained_models=built.models,
             outputs="token probabilities" if bank.has_sequences else _OUTPUTS,
-            references=n_references, reference_note=_reference_note(cfg, n_references),
+            references=n_references, reference_note=_reference_note(recipes, n_references),
         )
 
     def complete(self, result: AuditResult, obtained: Obtained, out: Path,
@@ -213,8 +215,9 @@ class RunSource:
         return Written()  # the report's figures show the run's exposure
 
     def record(self, result: AuditResult, obtained: Obtained, seconds: float) -> RunMeta:
-        cfg, built = self.cfg, self.built
+        cfg, built, recipes = self.cfg, self.built, self.recipes
         assert built is not None and built.bank is not None  # obtain ran
+        assert recipes is not None  # plan ran
         assert built.bank.audit is not None  # set by the bank
         target = built.models[built.design.target]
         after: dict[str, Any] = {}
@@ -229,7 +232,7 @@ class RunSource:
             trained=built.trained, from_cache=built.reused, device=built.info.device,
             seconds=round(seconds, 1), config=cfg.to_dict(),
             facts={
-                "recipes": resolve_recipes(cfg).describe(),
+                "recipes": recipes.describe(),
                 "dataset_notes": built.dataset.notes,
                 "design": cfg.design,
                 "n_models": built.design.n_models,

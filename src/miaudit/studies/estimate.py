@@ -210,7 +210,7 @@ class _Estimator:
 
     def add(self, run_config: Mapping[str, Any]) -> None:
         from miaudit.config import config_from_dict, recipe_fields, resolve_queries
-        from miaudit.pipeline.models import resolve_recipes
+        from miaudit.config.recipes import resolve_recipes
         from miaudit.protocol import make_design, make_split
         from miaudit.runtime.devices import resolve_device
         from miaudit.train import ModelCache, key_for, stacked
