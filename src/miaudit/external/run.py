@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from miaudit.config import compute_section, identity_config
+from miaudit.config import compute_section
 from miaudit.data.dataset import require_labels
 from miaudit.errors import ConfigError
 from miaudit.external.audit_bank import AuditBank, bank_summary, build_audit_bank, skip_reasons
@@ -158,11 +158,7 @@ class AuditSource:
         # checked (in obtain, after the data, the rows and the references' inputs)
         check_model_files(cfg.model)
         cfg.compute = compute_section(cfg.compute)  # and where the references train
-        return RunPlan(command="audit", name=cfg.name, output=cfg.output,
-                       config_file="audit.yaml", config_text=dump_audit_config(cfg),
-                       identity=identity_config(cfg.to_dict()),
-                       defaults=identity_config(AuditConfig().to_dict()),
-                       seed=cfg.seed, metrics=cfg.metrics)
+        return RunPlan.of("audit", cfg, AuditConfig(), "audit.yaml", dump_audit_config(cfg))
 
     def obtain(self, progress: bool) -> Obtained:
         cfg = self.cfg

@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 
 from miaudit.attacks import get_attack
 from miaudit.attacks.registry import check_attack_params
-from miaudit.config import MetricsConfig
+from miaudit.config import MetricsConfig, identity_config
 from miaudit.io import write_json, write_text
 from miaudit.pipeline.evaluate import EvaluationOptions, evaluate_attacks
 from miaudit.privacy.sections import privacy_line
@@ -56,6 +56,17 @@ TRAINING_FILE = "training.json"
 VERDICT_FILES = ("verdict.txt", "verdict.json")
 
 
+class PlannedConfig(Protocol):
+    """What the plan reads of a command's config (a run's or an audit's)."""
+
+    name: str
+    output: str | None
+    seed: int
+    metrics: MetricsConfig
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """A checked spec, resolved: what the run folder is and how the shared steps run.
@@ -74,6 +85,17 @@ class RunPlan:
     defaults: Mapping[str, Any]
     seed: int
     metrics: MetricsConfig
+
+    @classmethod
+    def of(cls, command: str, cfg: PlannedConfig, defaults: PlannedConfig, config_file: str,
+           config_text: str) -> RunPlan:
+        """The plan of a checked config ``cfg`` written as ``config_text``: its name, output,
+        seed and metrics; its identity beside ``defaults``' (its type's defaults; compute
+        left out)."""
+        return cls(command=command, name=cfg.name, output=cfg.output, config_file=config_file,
+                   config_text=config_text, identity=identity_config(cfg.to_dict()),
+                   defaults=identity_config(defaults.to_dict()), seed=cfg.seed,
+                   metrics=cfg.metrics)
 
     @property
     def out(self) -> Path:

@@ -16,7 +16,6 @@ from miaudit.config import (
     check_attacks_fit,
     compute_section,
     dump_config,
-    identity_config,
 )
 from miaudit.config.plan import dataset_kind
 from miaudit.io import write_text
@@ -151,11 +150,7 @@ class RunSource:
         _check_attacks_fit(cfg, recipes)  # an attack the bank could not support: before training
         check_canaries(cfg, recipes)  # so do canaries that could never certify ε > 0
         cfg.compute = compute_section(cfg.compute)  # and a bad compute section
-        return RunPlan(command="run", name=cfg.name, output=cfg.output,
-                       config_file="config.yaml", config_text=dump_config(cfg),
-                       identity=identity_config(cfg.to_dict()),
-                       defaults=identity_config(RunConfig().to_dict()),
-                       seed=cfg.seed, metrics=cfg.metrics)
+        return RunPlan.of("run", cfg, RunConfig(), "config.yaml", dump_config(cfg))
 
     def obtain(self, progress: bool) -> Obtained:
         cfg, recipes = self.cfg, self.recipes
