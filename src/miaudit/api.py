@@ -29,6 +29,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from miaudit.runtime.lazy import lazy_exports
+
 if TYPE_CHECKING:
     from miaudit.config import MetricsConfig, RunConfig
     from miaudit.pipeline.evaluate import EvaluationOptions as EvaluationOptions
@@ -46,15 +48,7 @@ _LAZY = {"evaluate_attacks": "miaudit.pipeline.evaluate",
          "EvaluationOptions": "miaudit.pipeline.evaluate"}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later lookups skip this function
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
 # model files by suffix: a pickled estimator, or precomputed outputs (as the CLI names them)
 _ESTIMATOR_SUFFIXES = (".joblib", ".pkl", ".pickle")

@@ -7,8 +7,7 @@ first built; the base-model helpers of :mod:`miaudit.models.pretrained` load on 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from miaudit.models import architectures  # noqa: F401  (declares the built-in architectures)
 from miaudit.models.registry import (
@@ -18,6 +17,7 @@ from miaudit.models.registry import (
     model_params,
     register_model,
 )
+from miaudit.runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from miaudit.models.pretrained import list_base_models, load_base_model, resolve_base_model
@@ -29,13 +29,8 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # once
-    return value
+__getattr__ = lazy_exports(__name__, globals(),
+                           {name: f"{__name__}.{home}" for name, home in _HOMES.items()})
 
 
 __all__ = [

@@ -27,8 +27,7 @@ The names below load their stage on first use (PEP 562): `miaudit attack` import
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from miaudit.runtime.lazy import lazy_exports
 
 # name -> the module that defines it
 _EXPORTS = {
@@ -54,13 +53,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later lookups skip this function
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 
 def __dir__() -> list[str]:

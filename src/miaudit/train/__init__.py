@@ -5,8 +5,9 @@ the package (:mod:`miaudit.train.recipe`, which checking a config needs) loads n
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from miaudit.runtime.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from miaudit.train.checkpoints import CheckpointSpec, checkpoint_key
@@ -31,13 +32,8 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # once
-    return value
+__getattr__ = lazy_exports(__name__, globals(),
+                           {name: f"{__name__}.{home}" for name, home in _HOMES.items()})
 
 
 __all__ = [
