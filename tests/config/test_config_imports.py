@@ -53,6 +53,25 @@ def test_checking_a_run_config_loads_no_torch(tmp_path: Path) -> None:
     assert _loaded_after(code, tmp_path) == []
 
 
+def test_checking_gradient_canaries_loads_no_torch(tmp_path: Path) -> None:
+    """kind gradient's direction and coordinates are checked against the canaries' choices
+    (torch-free: miaudit.train.gradient_canary_kinds), not the torch module using them."""
+    (tmp_path / "run.yaml").write_text(textwrap.dedent("""\
+        name: dp-canaries
+        dataset: {name: digits}
+        models: 1
+        recipe: {architecture: mlp, epochs: 2, dp: {epsilon: 4}}
+        canaries: {kind: gradient, count: 10, direction: dirac, coordinates: random}
+        attacks: [loss]
+        """))
+    code = """
+        from miaudit.config import load_config
+        config = load_config("run.yaml")
+        assert config.canaries.kind == "gradient" and config.canaries.coordinates == "random"
+        """
+    assert _loaded_after(code, tmp_path) == []
+
+
 def test_the_recipe_rules_a_config_check_reads_load_no_torch(tmp_path: Path) -> None:
     """What of miaudit.train and miaudit.runtime a config check reads (the recipe's own
     rules, the augmentation steps, the precisions) is torch-free; torch loads where a step is

@@ -58,9 +58,9 @@ def check_canaries_section(canaries: CanariesConfig | None, design: str) -> Cana
 
 def _check_directions(c: CanariesConfig) -> None:
     """The gradient canaries' direction and coordinates: each one of the choices of
-    :class:`~miaudit.train.gradient_canaries.GradientCanaries` (its module imports torch:
-    checked here, with kind gradient only)."""
-    from miaudit.train.gradient_canaries import COORDINATES, KINDS
+    :class:`~miaudit.train.gradient_canaries.GradientCanaries`, checked with kind gradient
+    only (their torch-free home: :mod:`miaudit.train.gradient_canary_kinds`)."""
+    from miaudit.train.gradient_canary_kinds import COORDINATES, KINDS
 
     for key, allowed in {"direction": KINDS, "coordinates": COORDINATES}.items():
         value = getattr(c, key)

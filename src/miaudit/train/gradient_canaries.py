@@ -63,11 +63,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from miaudit.errors import ConfigError
+from miaudit.train.gradient_canary_kinds import COORDINATES, KINDS
 
 __all__ = ["GradientCanaries", "GradientCanaryRecord", "CanaryHook", "KINDS", "COORDINATES"]
-
-KINDS = ("dirac", "random")
-COORDINATES = ("quiet", "random")
 
 
 @dataclass
