@@ -36,6 +36,7 @@ from torch import nn
 
 from miaudit.errors import ConfigError
 from miaudit.runtime.devices import to_device
+from miaudit.runtime.malloc import keep_freed_memory
 from miaudit.runtime.progress import progress_bar
 from miaudit.train.augment import augment_seed, build_augmentation
 from miaudit.train.checkpoints import CheckpointSpec, steps_per_epoch
@@ -201,7 +202,11 @@ def train_loop(
     result = LoopResult([[] for _ in range(strategy.models)],
                         [{} for _ in range(strategy.models)], 0.0, 0)  # fmt: skip
     start = time.perf_counter()
-    with progress_bar(recipe.epochs, desc, "epoch", enabled=progress) as bar:
+    # keep_freed_memory: every step allocates the same large activations (a causal LM's loss
+    # chunks, 128 MiB, are past glibc's mmap threshold: fresh zeroed pages each time without
+    # it); a LoRA epoch of SmolLM2 on 2 cores: 25.3-26.1 s -> 23.6-24.0 s on 48 texts
+    with keep_freed_memory(), progress_bar(recipe.epochs, desc, "epoch",
+                                           enabled=progress) as bar:  # fmt: skip
         for epoch in range(recipe.epochs):
             result.steps, lr = run_epoch(
                 strategy, batches, recipe, result.steps, total_steps,
