@@ -82,6 +82,8 @@ TRAINER_CODE: dict[str, str] = {
                             "train and what the adapter-only state dict holds",
     "miaudit.train.gradient_canaries": "white-box canaries added to DP-SGD's noisy steps: "
                                        "which, when, and what a run records of them",
+    "miaudit.train.gradient_canary_kinds": "the gradient canaries' direction and coordinate "
+                                           "choices",
 }
 # The modules of miaudit.train and miaudit.models, and those the listed modules import, that
 # are left out, with why (tests/train/test_cache_versions.py checks that every such module is
@@ -100,6 +102,8 @@ NOT_TRAINER_CODE: dict[str, str] = {
                              "back losslessly (safetensors); workers check the trainer digest",
     "miaudit.runtime.threads": "sets a thread count; the counts are chosen in trainer and parallel",
     "miaudit.runtime.progress": "progress bars",
+    "miaudit.runtime.malloc": "glibc's heap thresholds: whether freed memory is reused, not "
+                              "what is computed",
     "miaudit.errors": "exception types",
     "miaudit.io": "atomic writes and the umask: where and how files are written, not what",
     "miaudit.registry": "name lookup: which builder a name means, not what it builds",
