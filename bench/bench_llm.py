@@ -460,11 +460,16 @@ def main() -> None:
     finally:
         if temporary is not None:
             shutil.rmtree(temporary, ignore_errors=True)
+    finish(record, args.json)
+
+
+def finish(record: dict[str, Any], path: str | None) -> None:
+    """Print the load average after the run, and append ``record`` as a JSON line to ``path``."""
     print(f"load average after: {load()}")
     record["load_after"] = os.getloadavg()
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "a", encoding="utf-8") as handle:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
 
 

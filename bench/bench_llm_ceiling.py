@@ -21,7 +21,6 @@ same faster?) and the device's rate on one large product (4096^3) as the kernels
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -245,12 +244,7 @@ def main() -> None:
         lambda: train_model(recipe, t_features, labels, np.arange(len(t_texts)), args.seed,
                             args.device, progress=False).train_seconds,
         args.device, rate)
-    print(f"load average after: {bench_llm.load()}")
-    record["load_after"] = os.getloadavg()
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+    bench_llm.finish(record, args.json)
 
 
 if __name__ == "__main__":
